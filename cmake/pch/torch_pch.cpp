@@ -1,0 +1,1 @@
+// Owner of the shared precompiled LibTorch header; compiles to nothing.

@@ -1,0 +1,102 @@
+// Flat Adam / AdamW on one fp32 partition: torch.optim.AdamW / DeepSpeed FusedAdam arithmetic with in-place
+// torch ops, so it runs on any device. (The SIMD CPU Adam for offload is a separate, later optimizer.)
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flat_optimizers.h"
+
+namespace dscpp::detail {
+namespace {
+
+class FlatAdam final : public FlatOptimizer {
+ public:
+  FlatAdam(const AdamOptions& options, bool decoupled, std::string name, int64_t numel,
+           const torch::TensorOptions& state_options)
+      : beta1_(options.betas[0]),
+        beta2_(options.betas[1]),
+        eps_(options.eps),
+        weight_decay_(options.weight_decay),
+        decoupled_(decoupled),
+        bias_correction_(options.bias_correction),
+        name_(std::move(name)),
+        numel_(numel),
+        exp_avg_(torch::zeros({numel}, state_options)),
+        exp_avg_sq_(torch::zeros({numel}, state_options)),
+        scratch_(make_scratch(numel, state_options)) {}
+
+  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
+    check_step_args(param, grad, numel_, name_);
+    ++steps_;
+    const double bias_correction1 = bias_correction_ ? 1.0 - std::pow(beta1_, static_cast<double>(steps_)) : 1.0;
+    const double bias_correction2 = bias_correction_ ? 1.0 - std::pow(beta2_, static_cast<double>(steps_)) : 1.0;
+    const double step_size = lr / bias_correction1;
+    const double sqrt_bias_correction2 = std::sqrt(bias_correction2);
+    const bool l2 = weight_decay_ != 0.0 && !decoupled_;
+
+    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
+      torch::Tensor p = param.narrow(0, offset, length);
+      torch::Tensor g = grad.narrow(0, offset, length);
+      torch::Tensor m = exp_avg_.narrow(0, offset, length);
+      torch::Tensor v = exp_avg_sq_.narrow(0, offset, length);
+      torch::Tensor scratch = scratch_.narrow(0, 0, length);
+      if (weight_decay_ != 0.0 && decoupled_) p.mul_(1.0 - lr * weight_decay_);
+      if (l2) {
+        torch::add_out(scratch, g, p, weight_decay_);  // g + wd * p, without touching the caller's grad
+        g = scratch;
+      }
+      m.mul_(beta1_).add_(g, 1.0 - beta1_);
+      v.mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
+      // denom = sqrt(v) / sqrt(bc2) + eps; reuses the scratch (the L2 gradient is no longer needed).
+      torch::sqrt_out(scratch, v);
+      scratch.div_(sqrt_bias_correction2).add_(eps_);
+      p.addcdiv_(m, scratch, -step_size);
+    });
+  }
+
+  void set_momentum(double momentum) override {
+    require(momentum >= 0.0 && momentum < 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1)",
+            momentum);
+    beta1_ = momentum;
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
+    return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
+  }
+
+  int64_t step_count() const override { return steps_; }
+  void set_step_count(int64_t steps) override { steps_ = steps; }
+  std::string name() const override { return name_; }
+
+ private:
+  double beta1_;
+  double beta2_;
+  double eps_;
+  double weight_decay_;
+  bool decoupled_;          // AdamW: p *= 1 - lr*wd; else L2: g + wd*p
+  bool bias_correction_;
+  std::string name_;
+  int64_t numel_;
+  int64_t steps_ = 0;
+  torch::Tensor exp_avg_;     // (numel) first moment
+  torch::Tensor exp_avg_sq_;  // (numel) second moment
+  torch::Tensor scratch_;     // (min(numel, kChunkElements)) L2 gradient, then the denominator
+};
+
+}  // namespace
+
+std::unique_ptr<FlatOptimizer> make_flat_adam(const AdamOptions& o, bool decoupled, const std::string& name,
+                                              int64_t numel, const torch::TensorOptions& state_options) {
+  require(o.lr >= 0.0, "lr", "must be >= 0", o.lr);
+  require(o.betas[0] >= 0.0 && o.betas[0] < 1.0, "betas[0]", "must be in [0, 1)", o.betas[0]);
+  require(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "betas[1]", "must be in [0, 1)", o.betas[1]);
+  require(o.eps >= 0.0, "eps", "must be >= 0", o.eps);
+  require(o.weight_decay >= 0.0, "weight_decay", "must be >= 0", o.weight_decay);
+  if (o.amsgrad) {
+    throw std::invalid_argument("optimizer.params.amsgrad true is not supported yet (set it to false or remove it)");
+  }
+  return std::make_unique<FlatAdam>(o, decoupled, name, numel, state_options);
+}
+
+}  // namespace dscpp::detail

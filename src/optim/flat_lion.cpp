@@ -1,0 +1,70 @@
+// Flat Lion on one fp32 partition (Chen et al. 2023; DeepSpeed FusedLion): the update is the sign of an
+// interpolation of momentum and gradient, with decoupled weight decay. One state buffer instead of Adam's two.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flat_optimizers.h"
+
+namespace dscpp::detail {
+namespace {
+
+class FlatLion final : public FlatOptimizer {
+ public:
+  FlatLion(const LionOptions& options, int64_t numel, const torch::TensorOptions& state_options)
+      : beta1_(options.betas[0]),
+        beta2_(options.betas[1]),
+        weight_decay_(options.weight_decay),
+        numel_(numel),
+        exp_avg_(torch::zeros({numel}, state_options)),
+        scratch_(make_scratch(numel, state_options)) {}
+
+  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
+    check_step_args(param, grad, numel_, "Lion");
+    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
+      torch::Tensor p = param.narrow(0, offset, length);
+      torch::Tensor g = grad.narrow(0, offset, length);
+      torch::Tensor m = exp_avg_.narrow(0, offset, length);
+      torch::Tensor update = scratch_.narrow(0, 0, length);
+      if (weight_decay_ != 0.0) p.mul_(1.0 - lr * weight_decay_);
+      update.copy_(m).mul_(beta1_).add_(g, 1.0 - beta1_).sign_();  // sign(b1*m + (1-b1)*g)
+      p.add_(update, -lr);
+      m.mul_(beta2_).add_(g, 1.0 - beta2_);  // the momentum tracks with beta2, after the update
+    });
+    ++steps_;
+  }
+
+  void set_momentum(double momentum) override {
+    require(momentum >= 0.0 && momentum <= 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1]",
+            momentum);
+    beta1_ = momentum;
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override { return {{"exp_avg", exp_avg_}}; }
+
+  int64_t step_count() const override { return steps_; }
+  void set_step_count(int64_t steps) override { steps_ = steps; }
+  std::string name() const override { return "Lion"; }
+
+ private:
+  double beta1_;
+  double beta2_;
+  double weight_decay_;
+  int64_t numel_;
+  int64_t steps_ = 0;
+  torch::Tensor exp_avg_;  // (numel) momentum
+  torch::Tensor scratch_;  // (min(numel, kChunkElements)) the signed update
+};
+
+}  // namespace
+
+std::unique_ptr<FlatOptimizer> make_flat_lion(const LionOptions& o, int64_t numel,
+                                              const torch::TensorOptions& state_options) {
+  require(o.lr >= 0.0, "lr", "must be >= 0", o.lr);
+  require(o.betas[0] >= 0.0 && o.betas[0] <= 1.0, "betas[0]", "must be in [0, 1]", o.betas[0]);
+  require(o.betas[1] >= 0.0 && o.betas[1] <= 1.0, "betas[1]", "must be in [0, 1]", o.betas[1]);
+  require(o.weight_decay >= 0.0, "weight_decay", "must be >= 0", o.weight_decay);
+  return std::make_unique<FlatLion>(o, numel, state_options);
+}
+
+}  // namespace dscpp::detail

@@ -1,0 +1,102 @@
+// make_flat_optimizer: picks the flat optimizer for the config's "optimizer" section and checks that the
+// engine hands it tensors it can update.
+#include "dscpp/optim/flat_optimizer.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "flat_optimizers.h"
+
+namespace dscpp {
+namespace detail {
+
+void check_step_args(const torch::Tensor& param, const torch::Tensor& grad, int64_t numel, const std::string& name) {
+  auto check = [&](const torch::Tensor& t, const char* what) {
+    if (!t.defined() || t.dim() != 1 || t.numel() != numel || t.scalar_type() != torch::kFloat32) {
+      throw std::invalid_argument(name + " step: " + what + " must be a 1-D fp32 tensor of " + std::to_string(numel) +
+                                  " elements (this optimizer's partition), got " +
+                                  (t.defined() ? std::string(t.toString()) + " of " + std::to_string(t.numel()) +
+                                                     " elements with " + std::to_string(t.dim()) + " dims"
+                                               : std::string("an undefined tensor")));
+    }
+  };
+  check(param, "param");
+  check(grad, "grad");
+  if (param.device() != grad.device()) {
+    throw std::invalid_argument(name + " step: param and grad must be on the same device, got " +
+                                param.device().str() + " and " + grad.device().str());
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+constexpr const char* kSupported = "supported: Adam, AdamW, SGD, Lion, Adagrad";
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// Whether `type` (any case; empty means "as the options say") names the options alternative T.
+template <typename T>
+bool type_matches(const std::string& type) {
+  if (type.empty()) return true;
+  const std::string t = lower(type);
+  if constexpr (std::is_same_v<T, AdamOptions>) {
+    return t == "adam" || t == "adamw";
+  } else if constexpr (std::is_same_v<T, SgdOptions>) {
+    return t == "sgd";
+  } else if constexpr (std::is_same_v<T, LionOptions>) {
+    return t == "lion";
+  } else if constexpr (std::is_same_v<T, AdagradOptions>) {
+    return t == "adagrad";
+  } else {
+    static_assert(std::is_same_v<T, LambOptions>, "every optimizer alternative needs a type name");
+    return t == "lamb";
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
+                                                   const torch::TensorOptions& options) {
+  if (lower(config.type) == "lamb" || std::holds_alternative<LambOptions>(config.options)) {
+    throw std::invalid_argument("optimizer.type \"" + (config.type.empty() ? std::string("Lamb") : config.type) +
+                                "\" is not supported yet (" + kSupported + ")");
+  }
+  if (numel < 0) throw std::invalid_argument("make_flat_optimizer: numel must be >= 0, got " + std::to_string(numel));
+  // Master weights and optimizer state are fp32 whatever the model's dtype (SPEC §3.3).
+  const torch::TensorOptions state_options = options.dtype(torch::kFloat32).requires_grad(false);
+
+  return std::visit(
+      [&](const auto& o) -> std::unique_ptr<FlatOptimizer> {
+        using T = std::decay_t<decltype(o)>;
+        if (!type_matches<T>(config.type)) {
+          throw std::invalid_argument("optimizer.type \"" + config.type + "\" does not match its params, or is not " +
+                                      kSupported);
+        }
+        if constexpr (std::is_same_v<T, AdamOptions>) {
+          // As DeepSpeed: "AdamW" always decouples; "Adam" decouples unless adam_w_mode is false.
+          const bool adamw_type = lower(config.type) == "adamw";
+          const bool decoupled = adamw_type || o.adam_w_mode;
+          return detail::make_flat_adam(o, decoupled, adamw_type ? "AdamW" : "Adam", numel, state_options);
+        } else if constexpr (std::is_same_v<T, SgdOptions>) {
+          return detail::make_flat_sgd(o, numel, state_options);
+        } else if constexpr (std::is_same_v<T, LionOptions>) {
+          return detail::make_flat_lion(o, numel, state_options);
+        } else if constexpr (std::is_same_v<T, AdagradOptions>) {
+          return detail::make_flat_adagrad(o, numel, state_options);
+        } else {
+          throw std::logic_error("unreachable: Lamb is rejected above");
+        }
+      },
+      config.options);
+}
+
+}  // namespace dscpp

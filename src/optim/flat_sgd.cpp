@@ -1,0 +1,112 @@
+// Flat SGD on one fp32 partition with torch.optim.SGD semantics: L2 weight decay, a momentum buffer that
+// starts as a copy of the first gradient, dampening, and Nesterov momentum.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flat_optimizers.h"
+
+namespace dscpp::detail {
+namespace {
+
+class FlatSgd final : public FlatOptimizer {
+ public:
+  FlatSgd(const SgdOptions& options, int64_t numel, const torch::TensorOptions& state_options)
+      : momentum_(options.momentum),
+        dampening_(options.dampening),
+        weight_decay_(options.weight_decay),
+        nesterov_(options.nesterov),
+        numel_(numel),
+        state_options_(state_options) {
+    // Plain SGD keeps no state: the buffer exists only when momentum is used (4 bytes per parameter).
+    if (momentum_ != 0.0) momentum_buffer_ = torch::zeros({numel}, state_options);
+    if (weight_decay_ != 0.0 || nesterov_) scratch_ = make_scratch(numel, state_options);
+  }
+
+  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
+    check_step_args(param, grad, numel_, "SGD");
+    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
+      torch::Tensor p = param.narrow(0, offset, length);
+      torch::Tensor d_p = grad.narrow(0, offset, length);
+      if (weight_decay_ != 0.0) {
+        torch::Tensor scratch = scratch_.narrow(0, 0, length);
+        torch::add_out(scratch, d_p, p, weight_decay_);  // g + wd * p
+        d_p = scratch;
+      }
+      if (momentum_ != 0.0) {
+        torch::Tensor buf = momentum_buffer_.narrow(0, offset, length);
+        if (buffer_fresh_) {
+          buf.copy_(d_p);  // torch: the first step's buffer is the gradient itself, undampened
+        } else {
+          buf.mul_(momentum_).add_(d_p, 1.0 - dampening_);
+        }
+        if (nesterov_) {
+          torch::Tensor scratch = scratch_.narrow(0, 0, length);
+          torch::add_out(scratch, d_p, buf, momentum_);  // g + momentum * buf (scratch may alias d_p)
+          d_p = scratch;
+        } else {
+          d_p = buf;
+        }
+      }
+      p.add_(d_p, -lr);
+    });
+    if (momentum_ != 0.0) buffer_fresh_ = false;
+    ++steps_;
+  }
+
+  void set_momentum(double momentum) override {
+    require(momentum >= 0.0, "momentum", "(set by the schedule) must be >= 0", momentum);
+    if (momentum != 0.0 && !momentum_buffer_.defined()) {
+      // Momentum switched on after construction: start a buffer the torch way, from the next gradient.
+      momentum_buffer_ = torch::zeros({numel_}, state_options_);
+      buffer_fresh_ = true;
+      if (!scratch_.defined() && nesterov_) scratch_ = make_scratch(numel_, state_options_);
+    }
+    momentum_ = momentum;
+  }
+
+  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
+    if (!momentum_buffer_.defined()) return {};
+    return {{"momentum_buffer", momentum_buffer_}};
+  }
+
+  int64_t step_count() const override { return steps_; }
+
+  // A restored buffer (steps > 0) continues; at step 0 the next gradient initialises it.
+  void set_step_count(int64_t steps) override {
+    steps_ = steps;
+    buffer_fresh_ = steps == 0;
+  }
+
+  std::string name() const override { return "SGD"; }
+
+ private:
+  double momentum_;
+  double dampening_;
+  double weight_decay_;
+  bool nesterov_;
+  int64_t numel_;
+  torch::TensorOptions state_options_;
+  int64_t steps_ = 0;
+  bool buffer_fresh_ = true;       // the buffer holds no history yet
+  torch::Tensor momentum_buffer_;  // (numel), only when momentum != 0
+  torch::Tensor scratch_;          // (min(numel, kChunkElements)), only for weight decay or Nesterov
+};
+
+}  // namespace
+
+std::unique_ptr<FlatOptimizer> make_flat_sgd(const SgdOptions& o, int64_t numel,
+                                             const torch::TensorOptions& state_options) {
+  require(o.lr >= 0.0, "lr", "must be >= 0", o.lr);
+  require(o.momentum >= 0.0, "momentum", "must be >= 0", o.momentum);
+  require(o.weight_decay >= 0.0, "weight_decay", "must be >= 0", o.weight_decay);
+  if (o.nesterov && (o.momentum <= 0.0 || o.dampening != 0.0)) {
+    std::ostringstream msg;
+    msg << "optimizer.params.nesterov requires momentum > 0 and dampening == 0, got momentum " << o.momentum
+        << ", dampening " << o.dampening;
+    throw std::invalid_argument(msg.str());
+  }
+  return std::make_unique<FlatSgd>(o, numel, state_options);
+}
+
+}  // namespace dscpp::detail

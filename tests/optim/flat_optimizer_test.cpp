@@ -1,0 +1,287 @@
+// Flat optimizers against torch::optim on the same inputs (Lion against its update rule written out):
+// 10 steps with non-trivial gradients and a changing lr, relative error <= 1e-6 on the parameters.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dscpp/optim/flat_optimizer.h"
+
+namespace dscpp {
+namespace {
+
+constexpr int64_t kNumel = 1031;
+constexpr int kSteps = 10;
+
+// A changing lr: the optimizer must use the one it is given at each step.
+double lr_at(int step, double base) { return base * (1.0 + 0.3 * step) / (1.0 + 0.05 * step * step); }
+
+// Deterministic gradients of mixed scale and sign (some elements tiny, so eps matters).
+torch::Tensor grad_at(int step, int64_t numel) {
+  torch::manual_seed(1000 + step);
+  return torch::randn({numel}) * torch::linspace(1e-3, 2.0, numel) + 0.1 * std::sin(step);
+}
+
+torch::Tensor initial_param(int64_t numel) {
+  torch::manual_seed(7);
+  return torch::randn({numel});
+}
+
+double rel_error(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a - b).abs().max().item<double>() / b.abs().max().item<double>();
+}
+
+std::unique_ptr<FlatOptimizer> make(std::string type, OptimizerOptions options, int64_t numel = kNumel) {
+  return make_flat_optimizer(OptimizerConfig{std::move(type), std::move(options)}, numel, torch::TensorOptions());
+}
+
+// Runs ours and torch's side by side; `set_torch` sets torch's lr (and anything else) before its step k.
+void expect_matches_torch(FlatOptimizer& ours, torch::optim::Optimizer& theirs, torch::Tensor& ref, double base_lr,
+                          const std::function<void(int)>& before_step = {}, int64_t numel = kNumel,
+                          int steps = kSteps) {
+  torch::Tensor param = ref.detach().clone();
+  for (int k = 0; k < steps; ++k) {
+    if (before_step) before_step(k);
+    const double lr = lr_at(k, base_lr);
+    theirs.param_groups()[0].options().set_lr(lr);
+    const torch::Tensor g = grad_at(k, numel);
+    const torch::Tensor g_before = g.clone();
+    ref.mutable_grad() = g.clone();
+    theirs.step();
+    ours.step(param, g, lr);
+    EXPECT_TRUE(torch::equal(g, g_before)) << "the optimizer modified the gradient";
+    ASSERT_LE(rel_error(param, ref.detach()), 1e-6) << "step " << k + 1;
+  }
+  // The run must have moved the parameters, or the comparison proves nothing.
+  EXPECT_GT(rel_error(param, initial_param(numel)), 1e-3);
+  EXPECT_EQ(ours.step_count(), steps);
+}
+
+torch::Tensor torch_param(int64_t numel = kNumel) { return initial_param(numel).requires_grad_(true); }
+
+TEST(FlatAdam, L2ModeMatchesTorchAdam) {
+  AdamOptions o;
+  o.lr = 0.02;
+  o.betas = {0.8, 0.95};
+  o.eps = 1e-3;
+  o.weight_decay = 0.1;
+  o.adam_w_mode = false;
+  auto ours = make("Adam", o);
+  EXPECT_EQ(ours->name(), "Adam");
+  torch::Tensor ref = torch_param();
+  torch::optim::Adam theirs({ref}, torch::optim::AdamOptions(o.lr).betas({0.8, 0.95}).eps(1e-3).weight_decay(0.1));
+  expect_matches_torch(*ours, theirs, ref, o.lr);
+}
+
+TEST(FlatAdam, DecoupledModeMatchesTorchAdamW) {
+  AdamOptions o;  // adam_w_mode defaults to true, as in DeepSpeed
+  o.lr = 0.02;
+  o.betas = {0.85, 0.99};
+  o.eps = 1e-4;
+  o.weight_decay = 0.5;
+  auto ours = make("Adam", o);
+  torch::Tensor ref = torch_param();
+  torch::optim::AdamW theirs({ref},
+                             torch::optim::AdamWOptions(o.lr).betas({0.85, 0.99}).eps(1e-4).weight_decay(0.5));
+  expect_matches_torch(*ours, theirs, ref, o.lr);
+}
+
+TEST(FlatAdam, AdamWTypeIsAlwaysDecoupled) {
+  AdamOptions o;
+  o.lr = 0.02;
+  o.weight_decay = 0.5;
+  o.adam_w_mode = false;  // DeepSpeed ignores this for "AdamW"
+  auto ours = make("AdamW", o);
+  EXPECT_EQ(ours->name(), "AdamW");
+  torch::Tensor ref = torch_param();
+  torch::optim::AdamW theirs({ref}, torch::optim::AdamWOptions(o.lr).weight_decay(0.5));
+  expect_matches_torch(*ours, theirs, ref, o.lr);
+}
+
+TEST(FlatAdam, SpansSeveralChunks) {
+  // Larger than the internal chunk (1 << 22 elements), so the chunked loop and its scratch reuse are exercised.
+  const int64_t numel = (int64_t{1} << 22) + 1000;
+  AdamOptions o;
+  o.lr = 0.01;
+  o.eps = 1e-3;
+  o.weight_decay = 0.1;
+  o.adam_w_mode = false;
+  auto ours = make("Adam", o, numel);
+  torch::Tensor ref = torch_param(numel);
+  torch::optim::Adam theirs({ref}, torch::optim::AdamOptions(o.lr).eps(1e-3).weight_decay(0.1));
+  expect_matches_torch(*ours, theirs, ref, o.lr, {}, numel, 3);
+}
+
+TEST(FlatAdam, WithoutBiasCorrectionOneStepByHand) {
+  AdamOptions o;
+  o.betas = {0.9, 0.99};
+  o.eps = 1e-2;
+  o.bias_correction = false;
+  auto ours = make("Adam", o, 4);
+  torch::Tensor p = torch::tensor({1.0f, -2.0f, 0.5f, 0.0f});
+  const torch::Tensor g = torch::tensor({0.5f, -1.0f, 0.0f, 2.0f});
+  ours->step(p, g, 0.1);
+  // m = 0.1 g, v = 0.01 g^2, p -= 0.1 * m / (sqrt(v) + eps) = 0.1 * 0.1 g / (0.1 |g| + 0.01)
+  const torch::Tensor expected = torch::tensor({1.0f - 0.1f * 0.05f / 0.06f, -2.0f + 0.1f * 0.1f / 0.11f, 0.5f,
+                                                0.0f - 0.1f * 0.2f / 0.21f});
+  EXPECT_LE(rel_error(p, expected), 1e-6);
+}
+
+TEST(FlatAdam, SetMomentumChangesBeta1) {
+  AdamOptions o;
+  o.lr = 0.02;
+  o.eps = 1e-3;
+  auto ours = make("Adam", o);
+  torch::Tensor ref = torch_param();
+  torch::optim::AdamW theirs({ref}, torch::optim::AdamWOptions(o.lr).eps(1e-3).weight_decay(0.0));
+  expect_matches_torch(*ours, theirs, ref, o.lr, [&](int k) {
+    const double beta1 = 0.9 - 0.02 * k;  // as OneCycle would, every step
+    ours->set_momentum(beta1);
+    static_cast<torch::optim::AdamWOptions&>(theirs.param_groups()[0].options()).betas({beta1, 0.999});
+  });
+}
+
+TEST(FlatSgd, MatchesTorchSgdInEveryMode) {
+  struct Case {
+    double momentum, dampening, weight_decay;
+    bool nesterov;
+  };
+  for (const Case& c : {Case{0.0, 0.0, 0.0, false}, Case{0.0, 0.0, 0.05, false}, Case{0.9, 0.0, 0.0, false},
+                        Case{0.9, 0.3, 0.05, false}, Case{0.9, 0.0, 0.05, true}, Case{0.8, 0.0, 0.0, true}}) {
+    SCOPED_TRACE("momentum " + std::to_string(c.momentum) + " dampening " + std::to_string(c.dampening) +
+                 " weight_decay " + std::to_string(c.weight_decay) + " nesterov " + std::to_string(c.nesterov));
+    SgdOptions o;
+    o.lr = 0.05;
+    o.momentum = c.momentum;
+    o.dampening = c.dampening;
+    o.weight_decay = c.weight_decay;
+    o.nesterov = c.nesterov;
+    auto ours = make("SGD", o);
+    EXPECT_EQ(ours->state_tensors().size(), c.momentum != 0.0 ? 1u : 0u);
+    torch::Tensor ref = torch_param();
+    torch::optim::SGD theirs({ref}, torch::optim::SGDOptions(o.lr)
+                                        .momentum(c.momentum)
+                                        .dampening(c.dampening)
+                                        .weight_decay(c.weight_decay)
+                                        .nesterov(c.nesterov));
+    expect_matches_torch(*ours, theirs, ref, o.lr);
+  }
+}
+
+TEST(FlatSgd, SetMomentumChangesMomentum) {
+  SgdOptions o;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  auto ours = make("SGD", o);
+  torch::Tensor ref = torch_param();
+  torch::optim::SGD theirs({ref}, torch::optim::SGDOptions(o.lr).momentum(0.9));
+  expect_matches_torch(*ours, theirs, ref, o.lr, [&](int k) {
+    if (k == 5) {
+      ours->set_momentum(0.5);
+      static_cast<torch::optim::SGDOptions&>(theirs.param_groups()[0].options()).momentum(0.5);
+    }
+  });
+}
+
+TEST(FlatAdagrad, MatchesTorchAdagradWithLrDecay) {
+  AdagradOptions o;
+  o.lr = 0.1;
+  o.lr_decay = 0.05;
+  o.weight_decay = 0.02;
+  o.initial_accumulator_value = 0.1;
+  auto ours = make("Adagrad", o);
+  torch::Tensor ref = torch_param();
+  torch::optim::Adagrad theirs({ref}, torch::optim::AdagradOptions(o.lr)
+                                          .lr_decay(0.05)
+                                          .weight_decay(0.02)
+                                          .initial_accumulator_value(0.1)
+                                          .eps(1e-10));
+  expect_matches_torch(*ours, theirs, ref, o.lr);
+}
+
+TEST(FlatLion, MatchesTheUpdateRuleWrittenOut) {
+  LionOptions o;
+  o.lr = 0.01;
+  o.betas = {0.9, 0.99};
+  o.weight_decay = 0.3;
+  auto ours = make("Lion", o);
+  torch::Tensor param = initial_param(kNumel);
+  torch::Tensor ref = param.clone();
+  torch::Tensor m = torch::zeros({kNumel});
+  for (int k = 0; k < kSteps; ++k) {
+    if (k == 5) ours->set_momentum(0.8);
+    const double beta1 = k < 5 ? 0.9 : 0.8;
+    const double lr = lr_at(k, o.lr);
+    const torch::Tensor g = grad_at(k, kNumel);
+    ours->step(param, g, lr);
+    // Reference: p *= 1 - lr*wd; p -= lr * sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g
+    ref = ref * (1.0 - lr * 0.3);
+    ref = ref - lr * torch::sign(beta1 * m + (1.0 - beta1) * g);
+    m = 0.99 * m + 0.01 * g;
+    ASSERT_LE(rel_error(param, ref), 1e-6) << "step " << k + 1;
+  }
+  EXPECT_LE(rel_error(ours->state_tensors()[0].second, m), 1e-6);
+  EXPECT_GT(rel_error(param, initial_param(kNumel)), 1e-3);
+}
+
+TEST(FlatOptimizer, StateNamesAndRestoreContinuesExactly) {
+  AdamOptions o;
+  o.lr = 0.02;
+  auto a = make("Adam", o);
+  std::vector<std::string> names;
+  for (auto& [name, t] : a->state_tensors()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"exp_avg", "exp_avg_sq"}));
+  EXPECT_EQ(make("Lion", LionOptions{})->state_tensors()[0].first, "exp_avg");
+  EXPECT_EQ(make("Adagrad", AdagradOptions{})->state_tensors()[0].first, "sum");
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  EXPECT_EQ(make("SGD", sgd)->state_tensors()[0].first, "momentum_buffer");
+
+  torch::Tensor pa = initial_param(kNumel);
+  for (int k = 0; k < 3; ++k) a->step(pa, grad_at(k, kNumel), 0.02);
+  // A "checkpoint": copy state and step count into a fresh optimizer, then both continue.
+  auto b = make("Adam", o);
+  for (size_t i = 0; i < 2; ++i) b->state_tensors()[i].second.copy_(a->state_tensors()[i].second);
+  b->set_step_count(a->step_count());
+  torch::Tensor pb = pa.clone();
+  for (int k = 3; k < 6; ++k) {
+    a->step(pa, grad_at(k, kNumel), 0.02);
+    b->step(pb, grad_at(k, kNumel), 0.02);
+  }
+  EXPECT_TRUE(torch::equal(pa, pb));
+}
+
+TEST(FlatOptimizer, UnsupportedChoicesAreClearErrors) {
+  auto error_of = [](std::string type, OptimizerOptions options) {
+    try {
+      make(std::move(type), std::move(options));
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of("Lamb", LambOptions{}),
+            "optimizer.type \"Lamb\" is not supported yet (supported: Adam, AdamW, SGD, Lion, Adagrad)");
+  AdamOptions amsgrad;
+  amsgrad.amsgrad = true;
+  EXPECT_NE(error_of("Adam", amsgrad).find("optimizer.params.amsgrad true is not supported yet"), std::string::npos);
+  SgdOptions nesterov;
+  nesterov.nesterov = true;
+  EXPECT_NE(error_of("SGD", nesterov).find("optimizer.params.nesterov requires momentum > 0"), std::string::npos);
+  AdamOptions bad_beta;
+  bad_beta.betas = {1.0, 0.999};
+  EXPECT_NE(error_of("Adam", bad_beta).find("optimizer.params.betas[0]"), std::string::npos);
+  EXPECT_NE(error_of("SGD", AdamOptions{}).find("optimizer.type \"SGD\""), std::string::npos);
+  EXPECT_EQ(error_of("adamw", AdamOptions{}), "no error");  // DeepSpeed matches names case-insensitively
+
+  auto adam = make("Adam", AdamOptions{}, 8);
+  torch::Tensor wrong = torch::zeros({9});
+  EXPECT_THROW(adam->step(wrong, torch::zeros({9}), 1e-3), std::invalid_argument);
+  torch::Tensor half = torch::zeros({8}, torch::kHalf);
+  EXPECT_THROW(adam->step(half, torch::zeros({8}), 1e-3), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dscpp

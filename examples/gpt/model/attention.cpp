@@ -1,0 +1,41 @@
+// Causal self-attention: fused qkv projection, split into heads, masked softmax, output projection.
+#include "model/attention.h"
+
+#include <torch/version.h>  // TORCH_VERSION_MAJOR
+
+#include <cmath>
+#include <limits>
+
+namespace gpt {
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+#if TORCH_VERSION_MAJOR >= 2
+  // Fused kernel (flash / memory-efficient where available); same math as the branch below.
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+#else
+  const int64_t T = q.size(-2);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, nh, T, T)
+  // True above the diagonal: position t may not look at t' > t.
+  const auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);  // (B, nh, T, hs)
+#endif
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
+  c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);  // 3 × (B, T, C)
+  const auto to_heads = [&](const torch::Tensor& t) {
+    return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
+  };
+  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]));
+  return c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C}));
+}
+
+}  // namespace gpt

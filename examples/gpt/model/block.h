@@ -1,0 +1,27 @@
+// One pre-LayerNorm transformer block: x + attn(ln_1(x)), then x + mlp(ln_2(x)).
+// The unit a ZeRO-3 wrapper gathers and releases (GptImpl::h holds them in order).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model/attention.h"
+#include "model/gpt_config.h"
+#include "model/mlp.h"
+
+namespace gpt {
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const GptConfig& config);
+
+  // x: (B, T, C) → (B, T, C)
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::nn::LayerNorm ln_1{nullptr};
+  CausalSelfAttention attn{nullptr};
+  torch::nn::LayerNorm ln_2{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+}  // namespace gpt

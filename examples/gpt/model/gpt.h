@@ -1,0 +1,59 @@
+// Gpt: a decoder with exactly HF GPT-2's architecture and parameter names, so GPT-2 checkpoints load one to one.
+//
+// Parameter names (named_parameters(), in this order), HF's GPT2Model names without the "transformer." prefix:
+//   wte.weight (V, C)   wpe.weight (block_size, C)
+//   h.<i>.ln_1.{weight,bias} (C)          h.<i>.attn.c_attn.{weight (3C, C), bias (3C)}
+//   h.<i>.attn.c_proj.{weight (C, C), bias (C)}   h.<i>.ln_2.{weight,bias} (C)
+//   h.<i>.mlp.c_fc.{weight (4C, C), bias (4C)}     h.<i>.mlp.c_proj.{weight (C, 4C), bias (C)}
+//   ln_f.{weight,bias} (C)
+// The LM head is tied to wte (logits = ln_f(x)·wteᵀ), so HF's lm_head.weight has no parameter of its own.
+// Note for a weight loader: HF stores c_attn/c_proj/c_fc as Conv1D with weight (in, out) — the TRANSPOSE of our
+// torch::nn::Linear (out, in) — so those four weights must be transposed on load; embeddings, LayerNorms and all
+// biases copy as they are.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "model/block.h"
+#include "model/gpt_config.h"
+
+namespace gpt {
+
+class GptImpl : public torch::nn::Module {
+ public:
+  // Validates the config; initializes as GPT-2 does (deterministic given torch::manual_seed):
+  // Linear/Embedding weights ~ N(0, 0.02), residual output projections (c_proj) ~ N(0, 0.02/√(2·n_layer)),
+  // biases 0, LayerNorm weight 1 / bias 0. No dropout.
+  explicit GptImpl(GptConfig config);
+
+  // idx: (B, T) int64 token ids, T ≤ block_size → logits (B, T, V) in the parameters' dtype.
+  torch::Tensor forward(const torch::Tensor& idx);
+
+  // Mean cross-entropy of next-token prediction over all B·T positions; computed in fp32 whatever the
+  // parameters' dtype. targets: (B, T) int64.
+  torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+
+  // forward() = head(h[L-1](… h[0](embed(idx)))). Exposed so a wrapper (ZeRO-3) can run the blocks itself,
+  // gathering each block's parameters just before its call.
+  torch::Tensor embed(const torch::Tensor& idx);  // (B, T) → token + position embeddings (B, T, C)
+  torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V)
+  const std::vector<Block>& blocks() const { return blocks_; }
+
+  const GptConfig& config() const { return config_; }
+
+  torch::nn::Embedding wte{nullptr};  // (V, C), also the LM head
+  torch::nn::Embedding wpe{nullptr};  // (block_size, C)
+  torch::nn::ModuleList h{nullptr};   // the n_layer Blocks, registered as "h" (names h.0 …)
+  torch::nn::LayerNorm ln_f{nullptr};
+
+ private:
+  void init_weights();
+
+  GptConfig config_;
+  std::vector<Block> blocks_;  // the same modules as h, typed
+};
+TORCH_MODULE(Gpt);
+
+}  // namespace gpt

@@ -1,0 +1,32 @@
+// GptConfig: the shape of a GPT-2-architecture decoder, with named presets (tiny … gpt2-xl).
+// Field names follow HF's GPT2Config so a config.json maps one to one.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpt {
+
+struct GptConfig {
+  int64_t vocab_size = 256;      // V: 256 for byte text, 50257 for GPT-2 tokens
+  int64_t block_size = 128;      // longest sequence the position table covers (HF n_positions)
+  int64_t n_layer = 4;           // L: transformer blocks
+  int64_t n_head = 4;            // attention heads; n_embd must be divisible by it
+  int64_t n_embd = 128;          // C: residual stream width
+  double layer_norm_eps = 1e-5;  // HF layer_norm_epsilon
+
+  // A named preset with the data's vocabulary. Throws std::invalid_argument listing the known names.
+  static GptConfig preset(const std::string& name, int64_t vocab_size);
+  static std::vector<std::string> preset_names();
+
+  // Throws std::invalid_argument naming the flag (--n_embd, --n_head, ...) when a field is out of range.
+  void validate() const;
+
+  // Exact parameter count of GptImpl with this config (LM head tied to wte, so counted once).
+  int64_t num_params() const;
+
+  int64_t head_dim() const { return n_embd / n_head; }
+};
+
+}  // namespace gpt

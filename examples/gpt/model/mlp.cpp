@@ -1,0 +1,15 @@
+// GPT-2 MLP. GPT-2 was trained with the tanh approximation of GELU ("gelu_new" in HF), so loaded weights need it.
+#include "model/mlp.h"
+
+namespace gpt {
+
+MlpImpl::MlpImpl(const GptConfig& config) {
+  c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh"));
+}
+
+}  // namespace gpt

@@ -1,0 +1,177 @@
+// Config: a DeepSpeed JSON config parsed into typed values, every default filled and every "auto" resolved.
+// Parsing validates everything up front (SPEC §2), so a bad config fails at load with the key named, not hours later.
+// Torch-free: this layer is shared by the engine and the `dscpp plan` dry run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "dscpp/config/batch.h"
+#include "dscpp/config/config_error.h"
+#include "dscpp/optim/options.h"
+#include "dscpp/precision/loss_scaler.h"
+#include "dscpp/schedule/options.h"
+
+namespace dscpp {
+
+enum class DType { kFloat32, kFloat16, kBFloat16 };
+std::string to_string(DType dtype);
+
+enum class OffloadDevice { kNone, kCpu, kNvme };
+
+struct OffloadOptimizerConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  bool pin_memory = false;
+  int buffer_count = 4;
+  bool fast_init = false;
+  double ratio = 1.0;
+};
+
+struct OffloadParamConfig {
+  OffloadDevice device = OffloadDevice::kNone;
+  std::string nvme_path;
+  bool pin_memory = false;
+  int buffer_count = 5;
+  int64_t buffer_size = 100'000'000;   // elements
+  int64_t max_in_cpu = 1'000'000'000;  // elements
+};
+
+// "zero_optimization". Bucket sizes count elements, as in DeepSpeed.
+struct ZeroConfig {
+  int stage = 0;
+  bool contiguous_gradients = true;
+  bool reduce_scatter = true;
+  int64_t reduce_bucket_size = 500'000'000;
+  bool allgather_partitions = true;
+  int64_t allgather_bucket_size = 500'000'000;
+  bool overlap_comm = false;            // default true for stage 3 (resolved at parse)
+  int64_t sub_group_size = 1'000'000'000;
+  int64_t stage3_prefetch_bucket_size = 50'000'000;
+  int64_t stage3_param_persistence_threshold = 100'000;
+  int64_t stage3_max_live_parameters = 1'000'000'000;
+  int64_t stage3_max_reuse_distance = 1'000'000'000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+  bool round_robin_gradients = false;
+  OffloadOptimizerConfig offload_optimizer;
+  OffloadParamConfig offload_param;
+};
+
+// "aio": async I/O for NVMe offload.
+struct AioConfig {
+  int64_t block_size = 1'048'576;       // bytes
+  int queue_depth = 8;
+  int intra_op_parallelism = 1;
+  bool single_submit = false;
+  bool overlap_events = true;
+};
+
+struct ActivationCheckpointingConfig {
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
+  bool contiguous_memory_optimization = false;
+  std::optional<int64_t> number_checkpoints;
+  bool synchronize_checkpoint_boundary = false;
+  bool profile = false;
+};
+
+// "tensorboard", "csv_monitor", "wandb".
+struct MonitorConfig {
+  bool enabled = false;
+  std::string output_path;              // "" = current directory
+  std::string job_name = "DeepSpeedJobName";
+};
+
+struct FlopsProfilerConfig {
+  bool enabled = false;
+  int64_t profile_step = 1;
+  int module_depth = -1;
+  int top_modules = 1;
+  bool detailed = true;
+  std::string output_file;
+};
+
+struct CommsLoggerConfig {
+  bool enabled = false;
+  bool verbose = false;
+  bool prof_all = true;
+  bool debug = false;
+};
+
+struct CheckpointConfig {
+  std::string tag_validation = "Warn";  // "Ignore", "Warn", "Fail"
+  bool load_universal = false;
+};
+
+struct Fp16Config {
+  bool enabled = false;
+  bool auto_cast = false;
+  LossScalerOptions scaler;             // loss_scale, initial_scale_power, loss_scale_window, hysteresis, ...
+};
+
+// Values the program supplies for "auto" (HF-style flags, the world size, the model's hidden size).
+// Keys are dotted config paths ("optimizer.params.lr"). `from_hf_args` maps HF Trainer flags onto them.
+struct AutoValues {
+  std::map<std::string, nlohmann::json> values;
+
+  // HF Trainer-style arguments; unset ones fill nothing.
+  struct HfArgs {
+    std::optional<double> lr, weight_decay, adam_beta1, adam_beta2, adam_epsilon, max_grad_norm;
+    std::optional<int64_t> micro_batch, grad_accum, warmup_steps, total_steps, hidden_size;
+    std::optional<bool> fp16, bf16;
+    // With micro_batch and grad_accum, fills train_batch_size = world × micro × gas (as HF does); without it
+    // an "auto" train_batch_size is solved by the batch triangle from ConfigOptions::world_size instead.
+    std::optional<int64_t> world_size;
+  };
+  // Betas and eps are always filled (HF's defaults 0.9, 0.999, 1e-8 when unset), as the HF Trainer does;
+  // scheduler.params.warmup_min_lr is always 0; one of fp16/bf16 set fills both enabled flags.
+  static AutoValues from_hf_args(const HfArgs& args);
+};
+
+struct ConfigOptions {
+  int world_size = 1;                   // data-parallel size: the batch triangle's third side
+  AutoValues auto_values;               // fills "auto"; batch keys are also filled when absent
+  std::map<std::string, nlohmann::json> overrides;  // `--set key=value`: applied before parsing
+  std::function<void(const std::string&)> warn;     // unknown-key warnings; default prints to stderr
+};
+
+struct Config {
+  BatchConfig batch;                    // train_batch_size = micro × grad_accum × world_size, resolved
+  double gradient_clipping = 0.0;       // 0 = off
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool memory_breakdown = false;
+  bool prescale_gradients = false;
+  double gradient_predivide_factor = 1.0;
+  std::optional<DType> communication_data_type;  // nullopt = the compute dtype
+  Fp16Config fp16;
+  bool bf16 = false;                    // "bf16.enabled" (alias "bfloat16")
+  std::optional<OptimizerConfig> optimizer;
+  std::optional<SchedulerConfig> scheduler;
+  ZeroConfig zero;
+  AioConfig aio;
+  ActivationCheckpointingConfig activation_checkpointing;
+  MonitorConfig tensorboard, csv_monitor, wandb;
+  FlopsProfilerConfig flops_profiler;
+  CommsLoggerConfig comms_logger;
+  CheckpointConfig checkpoint;
+
+  // The compute (model) dtype: fp16, bf16 or fp32.
+  DType compute_dtype() const;
+
+  // The input JSON with overrides applied, "auto" filled and every default written out.
+  nlohmann::json resolved;
+
+  static Config from_json(const nlohmann::json& json, const ConfigOptions& options = {});
+  static Config from_string(const std::string& text, const ConfigOptions& options = {});
+  // Errors name the file as well as the key.
+  static Config from_file(const std::string& path, const ConfigOptions& options = {});
+};
+
+}  // namespace dscpp

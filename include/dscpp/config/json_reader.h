@@ -1,0 +1,80 @@
+// JsonReader: typed access to one object of the config, tracking the dotted key path for error messages.
+// Reads normalise the value in place (5e5 -> 500000, defaults written out) so the document becomes Config::resolved;
+// keys never asked for are reported as unknown, with the closest known key, when the section is finished.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace dscpp {
+
+// State shared by every reader of one parse: where warnings go and every key path known so far
+// (so a key put at the wrong level can be pointed to its right place).
+class ParseContext {
+ public:
+  explicit ParseContext(std::function<void(const std::string&)> warn);
+  void warn(const std::string& message) const { warn_(message); }
+  void note_known(const std::string& path) { known_paths_.push_back(path); }
+  const std::vector<std::string>& known_paths() const { return known_paths_; }
+
+ private:
+  std::function<void(const std::string&)> warn_;
+  std::vector<std::string> known_paths_;
+};
+
+class JsonReader {
+ public:
+  static constexpr int64_t kNoMin = std::numeric_limits<int64_t>::min();
+  static constexpr int64_t kNoMax = std::numeric_limits<int64_t>::max();
+
+  // `object` must outlive the reader; `path` is its dotted path ("" for the root).
+  JsonReader(nlohmann::json& object, std::string path, ParseContext& context);
+
+  std::string path_of(const std::string& key) const;
+  // Marks `key` known; true when it is present and not null.
+  bool has(const std::string& key);
+
+  // Integers accept JSON floats with an integral value (5e5); min/max are inclusive.
+  int64_t get_int(const std::string& key, int64_t def, int64_t min = kNoMin, int64_t max = kNoMax);
+  std::optional<int64_t> get_optional_int(const std::string& key, int64_t min = kNoMin, int64_t max = kNoMax);
+  double get_number(const std::string& key, double def);
+  bool get_bool(const std::string& key, bool def);
+  std::optional<bool> get_optional_bool(const std::string& key);
+  std::string get_string(const std::string& key, const std::string& def);
+  // A string or null; absent/null is written out as null.
+  std::optional<std::string> get_optional_string(const std::string& key);
+  // One of `allowed`, matched case-insensitively; returns (and writes back) the spelling in `allowed`.
+  std::string get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& allowed);
+  std::array<double, 2> get_pair(const std::string& key, std::array<double, 2> def);
+
+  // A nested object; absent or null becomes {} (written out, so defaults appear in the resolved config).
+  JsonReader section(const std::string& key);
+
+  // Keys DeepSpeed accepts that we read elsewhere or ignore: known, so they draw no warning.
+  void accept(const std::vector<std::string>& keys);
+
+  // Throws ConfigError "<path> = <value>: expected <allowed>" unless `ok`.
+  void require(bool ok, const std::string& key, const std::string& allowed) const;
+  [[noreturn]] void fail(const std::string& key, const std::string& allowed) const;
+
+  // Warns (through the context) about every key of the object that no read asked for.
+  void finish();
+
+ private:
+  // The value at key, or nullptr when absent; throws the unfilled-"auto" error for "auto".
+  const nlohmann::json* lookup(const std::string& key);
+
+  nlohmann::json& object_;
+  std::string path_;
+  ParseContext& context_;
+  std::vector<std::string> known_;
+};
+
+}  // namespace dscpp

@@ -1,0 +1,81 @@
+// The smaller sections: activation checkpointing, monitors, flops profiler, comms logger, checkpoint options.
+#include "dscpp/config/sections.h"
+
+namespace dscpp {
+namespace {
+
+ActivationCheckpointingConfig parse_activation_checkpointing(JsonReader& s) {
+  ActivationCheckpointingConfig c;
+  c.partition_activations = s.get_bool("partition_activations", false);
+  c.cpu_checkpointing = s.get_bool("cpu_checkpointing", false);
+  c.contiguous_memory_optimization = s.get_bool("contiguous_memory_optimization", false);
+  c.number_checkpoints = s.get_optional_int("number_checkpoints", 1);
+  c.synchronize_checkpoint_boundary = s.get_bool("synchronize_checkpoint_boundary", false);
+  c.profile = s.get_bool("profile", false);
+  s.finish();
+  return c;
+}
+
+MonitorConfig parse_monitor(JsonReader& s, bool is_wandb) {
+  MonitorConfig c;
+  c.enabled = s.get_bool("enabled", false);
+  c.output_path = s.get_string("output_path", "");
+  c.job_name = s.get_string("job_name", "DeepSpeedJobName");
+  if (is_wandb) s.accept({"team", "group", "project"});
+  s.finish();
+  return c;
+}
+
+FlopsProfilerConfig parse_flops_profiler(JsonReader& s) {
+  FlopsProfilerConfig c;
+  c.enabled = s.get_bool("enabled", false);
+  c.profile_step = s.get_int("profile_step", 1, 1);
+  c.module_depth = static_cast<int>(s.get_int("module_depth", -1, -1, 1'000'000));
+  c.top_modules = static_cast<int>(s.get_int("top_modules", 1, 0, 1'000'000));
+  c.detailed = s.get_bool("detailed", true);
+  c.output_file = s.get_optional_string("output_file").value_or("");
+  s.accept({"recompute_fwd_factor"});
+  s.finish();
+  return c;
+}
+
+CommsLoggerConfig parse_comms_logger(JsonReader& s) {
+  CommsLoggerConfig c;
+  c.enabled = s.get_bool("enabled", false);
+  c.verbose = s.get_bool("verbose", false);
+  c.prof_all = s.get_bool("prof_all", true);
+  c.debug = s.get_bool("debug", false);
+  s.accept({"prof_ops"});
+  s.finish();
+  return c;
+}
+
+CheckpointConfig parse_checkpoint(JsonReader& s) {
+  CheckpointConfig c;
+  c.tag_validation = s.get_choice("tag_validation", "Warn", {"Ignore", "Warn", "Fail"});
+  c.load_universal = s.get_bool("load_universal", false);
+  s.accept({"use_node_local_storage", "parallel_write"});
+  s.finish();
+  return c;
+}
+
+}  // namespace
+
+void parse_misc_sections(JsonReader& root, Config& config) {
+  JsonReader ac = root.section("activation_checkpointing");
+  config.activation_checkpointing = parse_activation_checkpointing(ac);
+  JsonReader tensorboard = root.section("tensorboard");
+  config.tensorboard = parse_monitor(tensorboard, false);
+  JsonReader csv = root.section("csv_monitor");
+  config.csv_monitor = parse_monitor(csv, false);
+  JsonReader wandb = root.section("wandb");
+  config.wandb = parse_monitor(wandb, true);
+  JsonReader flops = root.section("flops_profiler");
+  config.flops_profiler = parse_flops_profiler(flops);
+  JsonReader comms = root.section("comms_logger");
+  config.comms_logger = parse_comms_logger(comms);
+  JsonReader checkpoint = root.section("checkpoint");
+  config.checkpoint = parse_checkpoint(checkpoint);
+}
+
+}  // namespace dscpp

@@ -1,0 +1,128 @@
+// "optimizer": {type, params} parsed into the typed options of optim/options.h, with DeepSpeed's defaults.
+#include "dscpp/config/config_error.h"
+#include "dscpp/config/sections.h"
+
+namespace dscpp {
+namespace {
+
+void check_betas(JsonReader& p, const std::array<double, 2>& betas) {
+  p.require(betas[0] >= 0 && betas[0] < 1 && betas[1] >= 0 && betas[1] < 1, "betas",
+            "two numbers in [0, 1), e.g. [0.9, 0.999]");
+}
+
+double read_lr(JsonReader& p, double def) {
+  double lr = p.get_number("lr", def);
+  p.require(lr >= 0, "lr", "a number >= 0");
+  return lr;
+}
+
+double read_weight_decay(JsonReader& p) {
+  double wd = p.get_number("weight_decay", 0.0);
+  p.require(wd >= 0, "weight_decay", "a number >= 0");
+  return wd;
+}
+
+double read_eps(JsonReader& p, double def) {
+  double eps = p.get_number("eps", def);
+  p.require(eps > 0, "eps", "a number > 0");
+  return eps;
+}
+
+AdamOptions parse_adam(JsonReader& p, bool is_adamw) {
+  AdamOptions o;
+  o.lr = read_lr(p, o.lr);
+  o.betas = p.get_pair("betas", o.betas);
+  check_betas(p, o.betas);
+  o.eps = read_eps(p, o.eps);
+  o.weight_decay = read_weight_decay(p);
+  o.adam_w_mode = p.get_bool("adam_w_mode", true);
+  // DeepSpeed: "AdamW" is decoupled whatever adam_w_mode says; a config saying otherwise is contradictory.
+  p.require(!is_adamw || o.adam_w_mode, "adam_w_mode",
+            "true for \"AdamW\" (use \"type\": \"Adam\" with adam_w_mode false for L2 weight decay)");
+  o.bias_correction = p.get_bool("bias_correction", true);
+  o.torch_adam = p.get_bool("torch_adam", false);
+  o.amsgrad = p.get_bool("amsgrad", false);
+  p.accept({"fused", "set_grad_none"});
+  return o;
+}
+
+SgdOptions parse_sgd(JsonReader& p) {
+  SgdOptions o;
+  o.lr = read_lr(p, o.lr);
+  o.momentum = p.get_number("momentum", 0.0);
+  p.require(o.momentum >= 0, "momentum", "a number >= 0");
+  o.dampening = p.get_number("dampening", 0.0);
+  o.weight_decay = read_weight_decay(p);
+  o.nesterov = p.get_bool("nesterov", false);
+  p.require(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "nesterov",
+            "false unless momentum > 0 and dampening == 0 (torch.optim.SGD's rule)");
+  return o;
+}
+
+LionOptions parse_lion(JsonReader& p) {
+  LionOptions o;
+  o.lr = read_lr(p, o.lr);
+  o.betas = p.get_pair("betas", o.betas);
+  check_betas(p, o.betas);
+  o.weight_decay = read_weight_decay(p);
+  return o;
+}
+
+AdagradOptions parse_adagrad(JsonReader& p) {
+  AdagradOptions o;
+  o.lr = read_lr(p, o.lr);
+  o.lr_decay = p.get_number("lr_decay", 0.0);
+  p.require(o.lr_decay >= 0, "lr_decay", "a number >= 0");
+  o.weight_decay = read_weight_decay(p);
+  o.initial_accumulator_value = p.get_number("initial_accumulator_value", 0.0);
+  p.require(o.initial_accumulator_value >= 0, "initial_accumulator_value", "a number >= 0");
+  o.eps = read_eps(p, o.eps);
+  return o;
+}
+
+LambOptions parse_lamb(JsonReader& p) {
+  LambOptions o;
+  o.lr = read_lr(p, o.lr);
+  o.betas = p.get_pair("betas", o.betas);
+  check_betas(p, o.betas);
+  o.eps = read_eps(p, o.eps);
+  o.weight_decay = read_weight_decay(p);
+  o.bias_correction = p.get_bool("bias_correction", true);
+  o.max_coeff = p.get_number("max_coeff", 10.0);
+  o.min_coeff = p.get_number("min_coeff", 0.01);
+  p.require(o.min_coeff > 0 && o.min_coeff <= o.max_coeff, "min_coeff", "a number in (0, max_coeff]");
+  p.accept({"eps_inside_sqrt", "max_grad_norm", "amsgrad"});
+  return o;
+}
+
+}  // namespace
+
+std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
+  if (!root.has("optimizer")) {
+    root.accept({"optimizer"});
+    return std::nullopt;
+  }
+  JsonReader section = root.section("optimizer");
+  section.require(section.has("type"), "type", "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb");
+  OptimizerConfig config;
+  config.type = section.get_choice("type", "", {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb"});
+  JsonReader params = section.section("params");
+  if (config.type == "Adam" || config.type == "AdamW") {
+    config.options = parse_adam(params, config.type == "AdamW");
+  } else if (config.type == "SGD") {
+    config.options = parse_sgd(params);
+  } else if (config.type == "Lion") {
+    config.options = parse_lion(params);
+  } else if (config.type == "Adagrad") {
+    config.options = parse_adagrad(params);
+  } else {
+    config.options = parse_lamb(params);
+  }
+  params.finish();
+  section.accept({"legacy_fusion"});
+  section.finish();
+  return config;
+}
+
+}  // namespace dscpp
+

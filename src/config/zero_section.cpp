@@ -1,0 +1,112 @@
+// "zero_optimization" (with its offload sub-sections) and "aio": ZeRO stage, buckets, offload policy (SPEC §3.6-7).
+#include "dscpp/config/config_error.h"
+#include "dscpp/config/sections.h"
+
+namespace dscpp {
+namespace {
+
+constexpr int64_t kNoMax = JsonReader::kNoMax;
+
+OffloadDevice parse_device(JsonReader& section) {
+  std::string device = section.get_choice("device", "none", {"none", "cpu", "nvme"});
+  if (device == "cpu") return OffloadDevice::kCpu;
+  if (device == "nvme") return OffloadDevice::kNvme;
+  return OffloadDevice::kNone;
+}
+
+std::string parse_nvme_path(JsonReader& section, OffloadDevice device) {
+  std::string path = section.get_optional_string("nvme_path").value_or("");
+  section.require(device != OffloadDevice::kNvme || !path.empty(), "nvme_path",
+                  "a directory path when device is \"nvme\"");
+  return path;
+}
+
+OffloadOptimizerConfig parse_offload_optimizer(JsonReader& section) {
+  OffloadOptimizerConfig c;
+  c.device = parse_device(section);
+  c.nvme_path = parse_nvme_path(section, c.device);
+  c.pin_memory = section.get_bool("pin_memory", false);
+  c.buffer_count = static_cast<int>(section.get_int("buffer_count", 4, 1, 1024));
+  c.fast_init = section.get_bool("fast_init", false);
+  c.ratio = section.get_number("ratio", 1.0);
+  section.require(c.ratio >= 0.0 && c.ratio <= 1.0, "ratio", "a number in [0, 1]");
+  section.accept({"pipeline", "pipeline_read", "pipeline_write"});
+  section.finish();
+  return c;
+}
+
+OffloadParamConfig parse_offload_param(JsonReader& section) {
+  OffloadParamConfig c;
+  c.device = parse_device(section);
+  c.nvme_path = parse_nvme_path(section, c.device);
+  c.pin_memory = section.get_bool("pin_memory", false);
+  c.buffer_count = static_cast<int>(section.get_int("buffer_count", 5, 1, 1024));
+  c.buffer_size = section.get_int("buffer_size", 100'000'000, 1);
+  c.max_in_cpu = section.get_int("max_in_cpu", 1'000'000'000, 0);
+  section.finish();
+  return c;
+}
+
+}  // namespace
+
+ZeroConfig parse_zero(JsonReader& z) {
+  ZeroConfig c;
+  c.stage = static_cast<int>(z.get_int("stage", 0, 0, 3));
+  c.contiguous_gradients = z.get_bool("contiguous_gradients", true);
+  c.reduce_scatter = z.get_bool("reduce_scatter", true);
+  c.reduce_bucket_size = z.get_int("reduce_bucket_size", 500'000'000, 1, kNoMax);
+  c.allgather_partitions = z.get_bool("allgather_partitions", true);
+  c.allgather_bucket_size = z.get_int("allgather_bucket_size", 500'000'000, 1, kNoMax);
+  // DeepSpeed: overlap_comm unset means on for stage 3 (prefetch needs it), off below.
+  c.overlap_comm = z.get_optional_bool("overlap_comm").value_or(c.stage == 3);
+  z.get_bool("overlap_comm", c.overlap_comm);  // writes the resolved default out
+  c.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1, kNoMax);
+  c.stage3_prefetch_bucket_size = z.get_int("stage3_prefetch_bucket_size", 50'000'000, 0, kNoMax);
+  c.stage3_param_persistence_threshold = z.get_int("stage3_param_persistence_threshold", 100'000, 0, kNoMax);
+  c.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0, kNoMax);
+  c.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0, kNoMax);
+  // The deprecated fp16 spelling still works when the 16-bit one is absent.
+  bool legacy_gather = false;
+  if (z.has("stage3_gather_fp16_weights_on_model_save")) {
+    legacy_gather = z.get_bool("stage3_gather_fp16_weights_on_model_save", false);
+  }
+  c.stage3_gather_16bit_weights_on_model_save =
+      z.get_bool("stage3_gather_16bit_weights_on_model_save", legacy_gather);
+  c.round_robin_gradients = z.get_bool("round_robin_gradients", false);
+
+  JsonReader offload_optimizer = z.section("offload_optimizer");
+  c.offload_optimizer = parse_offload_optimizer(offload_optimizer);
+  JsonReader offload_param = z.section("offload_param");
+  c.offload_param = parse_offload_param(offload_param);
+  if (c.offload_param.device != OffloadDevice::kNone && c.stage < 3) {
+    throw ConfigError("zero_optimization.offload_param.device = \"" +
+                      std::string(c.offload_param.device == OffloadDevice::kCpu ? "cpu" : "nvme") +
+                      "\" needs zero_optimization.stage 3 (got stage " + std::to_string(c.stage) +
+                      "): parameter offload partitions the parameters; use offload_optimizer below stage 3");
+  }
+  // DeepSpeed keys we accept without acting on them (the engine rejects the features it does not have).
+  // ("cpu_offload" was mapped onto offload_optimizer before parsing.)
+  z.accept({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory", "load_from_fp32_weights",
+            "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "zero_hpz_partition_size",
+            "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
+            "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
+            "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
+            "stage3_use_all_reduce_for_fetch_params", "stage3_module_granularity_threshold",
+            "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+  z.finish();
+  return c;
+}
+
+AioConfig parse_aio(JsonReader& a) {
+  AioConfig c;
+  c.block_size = a.get_int("block_size", 1'048'576, 1);
+  c.queue_depth = static_cast<int>(a.get_int("queue_depth", 8, 1, 65536));
+  c.intra_op_parallelism = static_cast<int>(a.get_int("intra_op_parallelism", 1, 1, 1024));
+  c.single_submit = a.get_bool("single_submit", false);
+  c.overlap_events = a.get_bool("overlap_events", true);
+  a.accept({"thread_count", "use_gds"});
+  a.finish();
+  return c;
+}
+
+}  // namespace dscpp

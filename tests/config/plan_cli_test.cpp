@@ -1,0 +1,173 @@
+// `dscpp plan` end to end: runs the built binary on configs and checks exit codes, messages and the schedule CSV.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "../common/subprocess.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+using dscpp::testing::CommandResult;
+using PlanRun = CommandResult;
+
+fs::path temp_dir() {
+  static const fs::path dir = dscpp::testing::temp_dir("plan");
+  return dir;
+}
+
+std::string read_file(const fs::path& path) { return dscpp::testing::read_text(path); }
+
+PlanRun plan(const std::string& args) {
+  return dscpp::testing::run_command(std::string(DSCPP_BINARY_DIR "/dscpp plan ") + args);
+}
+
+std::string write_config(const std::string& name, const nlohmann::json& config) {
+  const fs::path path = temp_dir() / name;
+  std::ofstream(path) << config.dump();
+  return path.string();
+}
+
+const std::string kUserFlags =
+    " --world_size 2 --micro_batch 4 --grad_accum 2 --lr 3e-4 --weight_decay 0.01 --warmup_steps 10"
+    " --total_steps 100 --hidden_size 768 --clip 1.0";
+
+TEST(PlanCli, EverySharedConfigIsAccepted) {
+  int count = 0;
+  for (const auto& entry : fs::directory_iterator(DSCPP_SHARED_DIR "/configs")) {
+    if (entry.path().extension() != ".json") continue;
+    ++count;
+    for (const char* precision : {" --fp16", " --bf16"}) {
+      PlanRun r = plan(entry.path().string() + kUserFlags + precision + " --params 124M");
+      EXPECT_EQ(r.code, 0) << entry.path() << "\n" << r.err;
+      EXPECT_NE(r.out.find("batch: train_batch_size"), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("model-state memory per rank"), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("\"auto\""), std::string::npos) << r.out;
+      EXPECT_EQ(r.err, "") << entry.path();
+    }
+  }
+  EXPECT_GE(count, 6);
+}
+
+TEST(PlanCli, ResolvedJsonAndSetOverrides) {
+  std::string path = write_config("set.json", {{"train_micro_batch_size_per_gpu", 2}});
+  PlanRun r = plan(path + " --world_size 4 --set zero_optimization.stage=3 --set optimizer.type=AdamW"
+                      " --set optimizer.params.betas=[0.8,0.9] --set gradient_accumulation_steps=2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const size_t end = r.out.find("\n\nbatch:");
+  ASSERT_NE(end, std::string::npos) << r.out;
+  nlohmann::json resolved = nlohmann::json::parse(r.out.substr(0, end));
+  EXPECT_EQ(resolved["zero_optimization"]["stage"], 3);
+  EXPECT_EQ(resolved["zero_optimization"]["overlap_comm"], true);
+  EXPECT_EQ(resolved["optimizer"]["type"], "AdamW");
+  EXPECT_EQ(resolved["optimizer"]["params"]["betas"], nlohmann::json({0.8, 0.9}));
+  EXPECT_EQ(resolved["train_batch_size"], 16);
+  EXPECT_NE(r.out.find("train_batch_size 16 = train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 x "
+                       "world_size 4"),
+            std::string::npos);
+}
+
+TEST(PlanCli, TypoWarnsWithSuggestion) {
+  std::string path = write_config("typo.json", {{"train_batch_size", 8}, {"gradient_acumulation_steps", 2}});
+  PlanRun r = plan(path);
+  EXPECT_EQ(r.code, 0);
+  EXPECT_NE(r.err.find("did you mean 'gradient_accumulation_steps'?"), std::string::npos) << r.err;
+}
+
+// Errors are one line: "error: <file>: <message>".
+void expect_error(const PlanRun& r, const std::string& path, const std::string& needle) {
+  EXPECT_NE(r.code, 0);
+  EXPECT_EQ(r.err.rfind("error: " + path + ": ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+TEST(PlanCli, Fp16AndBf16Rejected) {
+  std::string path = write_config("both.json", {{"train_batch_size", 8}, {"fp16", {{"enabled", true}}},
+                                                {"bf16", {{"enabled", true}}}});
+  expect_error(plan(path), path, "fp16.enabled = true and bf16.enabled = true");
+}
+
+TEST(PlanCli, InconsistentTriangleRejected) {
+  std::string path = write_config("batch.json", {{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", 4},
+                                                 {"gradient_accumulation_steps", 2}});
+  expect_error(plan(path + " --world_size 2"), path,
+               "train_batch_size=32, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=2, world_size=2");
+}
+
+TEST(PlanCli, UnfilledAutoRejected) {
+  std::string path = write_config("auto.json", {{"train_batch_size", 8},
+                                                {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", "auto"}}}}}});
+  expect_error(plan(path), path, "optimizer.params.lr = \"auto\"");
+  EXPECT_EQ(plan(path + " --lr 1e-4").code, 0);
+}
+
+std::vector<std::vector<double>> read_csv(const std::string& path, std::string* header) {
+  std::ifstream in(path);
+  std::getline(in, *header);
+  std::vector<std::vector<double>> rows;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::vector<double> row;
+    std::stringstream fields(line);
+    std::string field;
+    while (std::getline(fields, field, ',')) row.push_back(std::stod(field));
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST(PlanCli, ScheduleCsvRows) {
+  nlohmann::json config = {
+      {"train_batch_size", 8},
+      {"fp16", {{"enabled", true}, {"initial_scale_power", 8}}},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}},
+      {"scheduler",
+       {{"type", "WarmupLR"},
+        {"params", {{"warmup_min_lr", 0}, {"warmup_max_lr", 1e-3}, {"warmup_num_steps", 10},
+                    {"warmup_type", "linear"}}}}}};
+  std::string path = write_config("sched.json", config);
+  std::string csv = (temp_dir() / "sched.csv").string();
+  PlanRun r = plan(path + " --schedule_csv " + csv + " --steps 15");
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::string header;
+  auto rows = read_csv(csv, &header);
+  EXPECT_EQ(header, "step,lr,loss_scale");
+  ASSERT_EQ(rows.size(), 15u);
+  for (int k = 1; k <= 15; ++k) {
+    // Step k uses lr_at(k - 1); linear warmup over 10 steps, then flat.
+    const double expected = 1e-3 * std::min(k - 1, 10) / 10.0;
+    EXPECT_EQ(rows[k - 1][0], k);
+    EXPECT_NEAR(rows[k - 1][1], expected, 1e-12) << "step " << k;
+    EXPECT_EQ(rows[k - 1][2], 256.0);
+  }
+  // Static scale, and 1 for bf16.
+  ASSERT_EQ(plan(path + " --set fp16.loss_scale=128 --schedule_csv " + csv + " --steps 2").code, 0);
+  EXPECT_EQ(read_csv(csv, &header)[1][2], 128.0);
+  ASSERT_EQ(plan(path + " --set fp16.enabled=false --set bf16.enabled=true --schedule_csv " + csv + " --steps 2").code,
+            0);
+  EXPECT_EQ(read_csv(csv, &header)[1][2], 1.0);
+}
+
+TEST(PlanCli, ParamsTableAndBadParams) {
+  std::string path = write_config("mem.json", {{"train_batch_size", 8}, {"bf16", {{"enabled", true}}},
+                                               {"zero_optimization", {{"stage", 2}}}});
+  PlanRun r = plan(path + " --world_size 4 --params 1.5B");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // Stage 2, 1.5e9 params, N = 4: 2Ψ + 14Ψ/4 = 8.25e9 bytes = 7.68 GiB.
+  EXPECT_NE(r.out.find("7.68 GiB"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 *"), std::string::npos) << r.out;
+  PlanRun bad = plan(path + " --params lots");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("'lots' is not a count"), std::string::npos) << bad.err;
+}
+
+}  // namespace

@@ -1,0 +1,155 @@
+// `dscpp plan`: validates a config the way the engine will, then shows what a run would do (SPEC §1.2):
+// the resolved config, the batch triangle, model-state memory per rank for every stage, the LR/scale schedule.
+#include "plan_command.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <memory>
+#include <sstream>
+
+#include "count_arg.h"
+#include "dscpp/config/config.h"
+#include "dscpp/schedule/lr_schedule.h"
+#include "dscpp/zero/memory_estimate.h"
+
+namespace dscpp {
+namespace {
+
+std::string human_bytes(int64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
+  return buffer;
+}
+
+ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
+  ConfigOptions options;
+  options.world_size = args.world_size;
+  options.warn = [&err](const std::string& message) { err << "warning: " << message << "\n"; };
+  for (const auto& set : args.sets) {
+    const size_t eq = set.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw std::invalid_argument("--set '" + set + "': expected key=value, e.g. zero_optimization.stage=3");
+    }
+    const std::string text = set.substr(eq + 1);
+    // Numbers, booleans, arrays and objects as JSON; anything else (AdamW, cpu) as a plain string.
+    nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    options.overrides[set.substr(0, eq)] = value.is_discarded() ? nlohmann::json(text) : value;
+  }
+  AutoValues::HfArgs hf;
+  hf.lr = args.lr;
+  hf.weight_decay = args.weight_decay;
+  hf.max_grad_norm = args.clip;
+  hf.micro_batch = args.micro_batch;
+  hf.grad_accum = args.grad_accum;
+  hf.warmup_steps = args.warmup_steps;
+  hf.total_steps = args.total_steps;
+  hf.hidden_size = args.hidden_size;
+  if (args.fp16 || args.bf16) {
+    hf.fp16 = args.fp16;
+    hf.bf16 = args.bf16;
+  }
+  options.auto_values = AutoValues::from_hf_args(hf);
+  return options;
+}
+
+void print_memory_table(const Config& config, int64_t num_params, int world_size, std::ostream& out) {
+  const DType dtype = config.compute_dtype();
+  const OffloadDevice offload_kind =
+      config.zero.offload_optimizer.device == OffloadDevice::kNvme ? OffloadDevice::kNvme : OffloadDevice::kCpu;
+  const char* offload_name = offload_kind == OffloadDevice::kNvme ? "nvme" : "cpu";
+  out << "\nmodel-state memory per rank (Adam, " << num_params << " params, " << to_string(dtype)
+      << " compute, world_size " << world_size << "; * = this config)\n";
+  out << std::left << std::setw(7) << "stage" << std::setw(13) << "params" << std::setw(13) << "grads"
+      << std::setw(13) << "fp32 master" << std::setw(13) << "optim state" << std::setw(13) << "device"
+      << "| offload_optimizer=" << offload_name << ": device / " << offload_name << "\n";
+  const bool configured_offload = config.zero.offload_optimizer.device != OffloadDevice::kNone;
+  for (int stage = 0; stage <= 3; ++stage) {
+    const ModelStateBytes plain = model_state_bytes(stage, num_params, world_size, OffloadDevice::kNone, dtype);
+    const ModelStateBytes off = model_state_bytes(stage, num_params, world_size, offload_kind, dtype);
+    const bool here = stage == config.zero.stage;
+    std::string label = std::to_string(stage) + (here && !configured_offload ? " *" : "");
+    out << std::left << std::setw(7) << label << std::setw(13) << human_bytes(plain.params) << std::setw(13)
+        << human_bytes(plain.grads) << std::setw(13) << human_bytes(plain.master32) << std::setw(13)
+        << human_bytes(plain.optimizer_state) << std::setw(13) << human_bytes(plain.device) << "| ";
+    if (stage == 0) {
+      out << "(offload needs ZeRO stage >= 1)\n";
+      continue;
+    }
+    out << human_bytes(off.device) << " / " << human_bytes(off.host + off.nvme)
+        << (here && configured_offload ? " *" : "") << "\n";
+  }
+}
+
+void write_schedule_csv(const Config& config, const PlanArgs& args) {
+  if (args.steps < 1) throw std::invalid_argument("--schedule_csv needs --steps N with N >= 1");
+  // Without an "optimizer" section the program brings its own, so its base lr is unknown here (nan).
+  const double base_lr = config.optimizer ? config.optimizer->lr() : std::nan("");
+  std::unique_ptr<LRSchedule> schedule;
+  if (config.scheduler) {
+    schedule = make_lr_schedule(*config.scheduler, base_lr);
+  } else {
+    schedule = std::make_unique<ConstantLR>(base_lr);
+  }
+  double loss_scale = 1.0;
+  if (config.fp16.enabled) {
+    const LossScalerOptions& s = config.fp16.scaler;
+    loss_scale = s.static_scale > 0 ? s.static_scale : std::ldexp(1.0, s.initial_scale_power);
+  }
+  std::ofstream csv(args.schedule_csv);
+  if (!csv) throw std::invalid_argument("--schedule_csv '" + args.schedule_csv + "': cannot open for writing");
+  csv << "step,lr,loss_scale\n" << std::setprecision(12);
+  // Optimizer step k uses the lr after k-1 completed steps.
+  for (int64_t step = 1; step <= args.steps; ++step) {
+    csv << step << "," << schedule->lr_at(step - 1) << "," << loss_scale << "\n";
+  }
+  if (!csv) throw std::invalid_argument("--schedule_csv '" + args.schedule_csv + "': write failed");
+}
+
+}  // namespace
+
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
+  CLI::App* plan = app.add_subcommand("plan", "Dry run: validate a DeepSpeed config and show what a run would do");
+  plan->add_option("config", args.config_path, "DeepSpeed JSON config")->required();
+  plan->add_option("--world_size", args.world_size, "data-parallel ranks (default 1)")->check(CLI::PositiveNumber);
+  plan->add_option("--params", args.params, "model parameters for the memory table, e.g. 124M, 1.5B, 1.5e9");
+  plan->add_option("--set", args.sets, "override a config key before parsing: key=value (repeatable)");
+  plan->add_option("--schedule_csv", args.schedule_csv, "write step,lr,loss_scale per optimizer step to FILE");
+  plan->add_option("--steps", args.steps, "optimizer steps for --schedule_csv");
+  plan->add_option("--lr", args.lr, "fills \"auto\": optimizer lr, warmup_max_lr");
+  plan->add_option("--weight_decay", args.weight_decay, "fills \"auto\": optimizer weight_decay");
+  plan->add_option("--clip", args.clip, "fills \"auto\": gradient_clipping");
+  plan->add_option("--micro_batch", args.micro_batch, "fills \"auto\": train_micro_batch_size_per_gpu");
+  plan->add_option("--grad_accum", args.grad_accum, "fills \"auto\": gradient_accumulation_steps");
+  plan->add_option("--warmup_steps", args.warmup_steps, "fills \"auto\": scheduler warmup_num_steps");
+  plan->add_option("--total_steps", args.total_steps, "fills \"auto\": scheduler total_num_steps");
+  plan->add_option("--hidden_size", args.hidden_size, "fills \"auto\": ZeRO bucket sizes from the model width");
+  plan->add_flag("--fp16", args.fp16, "fills \"auto\": fp16.enabled true, bf16.enabled false");
+  plan->add_flag("--bf16", args.bf16, "fills \"auto\": bf16.enabled true, fp16.enabled false");
+  return plan;
+}
+
+void run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
+  const Config config = Config::from_file(args.config_path, make_options(args, err));
+  out << config.resolved.dump(2) << "\n";
+  const BatchConfig& b = config.batch;
+  out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
+      << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size << "\n";
+  if (!args.params.empty()) {
+    print_memory_table(config, parse_count(args.params), args.world_size, out);
+  }
+  if (!args.schedule_csv.empty()) {
+    write_schedule_csv(config, args);
+    out << "\nschedule: wrote " << args.steps << " steps to " << args.schedule_csv << "\n";
+  }
+}
+
+}  // namespace dscpp

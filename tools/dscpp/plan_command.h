@@ -1,0 +1,33 @@
+// `dscpp plan`: a dry run of a DeepSpeed config — resolved JSON, batch triangle, memory per stage, LR schedule.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace dscpp {
+
+struct PlanArgs {
+  std::string config_path;
+  int world_size = 1;
+  std::string params;                    // "" = no memory table; else e.g. 124M, 1.5B, 1.5e9
+  std::vector<std::string> sets;         // "key=value", value parsed as JSON when it is JSON
+  std::string schedule_csv;              // "" = none
+  int64_t steps = 0;                     // rows of the schedule CSV
+  // HF-style flags that fill "auto" (SPEC §1.3).
+  std::optional<double> lr, weight_decay, clip;
+  std::optional<int64_t> micro_batch, grad_accum, warmup_steps, total_steps, hidden_size;
+  bool fp16 = false, bf16 = false;
+};
+
+// Adds the `plan` subcommand to `app`, filling `args` when it is parsed.
+CLI::App* add_plan_command(CLI::App& app, PlanArgs& args);
+
+// Runs the plan: prints to `out`, warnings to `err`. Throws on an invalid config or arguments.
+void run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err);
+
+}  // namespace dscpp

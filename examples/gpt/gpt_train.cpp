@@ -1,0 +1,194 @@
+// gpt-train: the main job. Trains a GPT-2-architecture decoder with the engine from a DeepSpeed config.
+// With no arguments it trains the `small` preset on the embedded corpus and shows the loss falling.
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <iostream>
+#include <optional>
+
+#include "data/batch_sampler.h"
+#include "data/token_dataset.h"
+#include "dscpp/compat/torch_compat.h"
+#include "dscpp/dscpp.h"
+#include "dscpp/monitor/metrics_jsonl.h"
+#include "dscpp/monitor/step_log.h"
+#include "model/gpt.h"
+#include "progress_bar.h"
+
+namespace {
+
+// Used when --deepspeed_config is not given: every "auto" is filled from the HF-style flags below.
+constexpr const char* kDefaultConfig = R"json({
+  "train_micro_batch_size_per_gpu": "auto",
+  "gradient_accumulation_steps": "auto",
+  "gradient_clipping": "auto",
+  "steps_per_print": 10,
+  "bf16": {"enabled": "auto"},
+  "fp16": {"enabled": "auto"},
+  "optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "betas": [0.9, 0.95]}},
+  "scheduler": {"type": "WarmupCosineLR",
+                "params": {"total_num_steps": "auto", "warmup_num_steps": "auto", "warmup_type": "linear",
+                           "cos_min_ratio": 0.1}}
+})json";
+
+struct Args {
+  std::string deepspeed_config;
+  std::string model = "small";
+  std::optional<int64_t> n_layer, n_embd, n_head, seq_len;
+  std::string data;
+  std::string data_order = "sequential";
+  int64_t steps = 150;
+  uint64_t seed = 1234;
+  std::string metrics;
+  bool no_progress = false;
+  // HF-style flags that fill "auto".
+  double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
+  int64_t micro_batch = 8, grad_accum = 1, warmup_steps = 15;
+  std::optional<int64_t> total_steps;
+  bool bf16 = false, fp16 = false;
+};
+
+void add_flags(CLI::App& app, Args& a) {
+  app.add_option("--deepspeed_config", a.deepspeed_config, "DeepSpeed JSON config (default: an embedded AdamW config)");
+  app.add_option("--model", a.model, "preset: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
+  app.add_option("--n_layer", a.n_layer, "override the preset's layer count");
+  app.add_option("--n_embd", a.n_embd, "override the preset's width");
+  app.add_option("--n_head", a.n_head, "override the preset's head count");
+  app.add_option("--seq_len", a.seq_len, "tokens per sample (default: the preset's block size)");
+  app.add_option("--data", a.data, "text file (bytes) or token .bin (llm.c layout or raw uint16); default: embedded");
+  app.add_option("--data_order", a.data_order, "sequential or shuffled")->check(CLI::IsMember({"sequential", "shuffled"}));
+  app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--seed", a.seed, "seed for model init and data order");
+  app.add_option("--metrics", a.metrics, "write one JSON line per optimizer step here");
+  app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
+  app.add_option("--lr", a.lr, "fills optimizer.params.lr / warmup_max_lr");
+  app.add_option("--weight_decay", a.weight_decay, "fills optimizer.params.weight_decay");
+  app.add_option("--micro_batch", a.micro_batch, "fills train_micro_batch_size_per_gpu")->check(CLI::PositiveNumber);
+  app.add_option("--grad_accum", a.grad_accum, "fills gradient_accumulation_steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup_steps", a.warmup_steps, "fills scheduler warmup_num_steps");
+  app.add_option("--total_steps", a.total_steps, "fills scheduler total_num_steps (default: --steps)");
+  app.add_option("--clip", a.clip, "fills gradient_clipping");
+  app.add_flag("--bf16", a.bf16, "fills bf16.enabled");
+  app.add_flag("--fp16", a.fp16, "fills fp16.enabled");
+}
+
+dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
+  dscpp::AutoValues::HfArgs hf;
+  hf.lr = a.lr;
+  hf.weight_decay = a.weight_decay;
+  hf.max_grad_norm = a.clip;
+  hf.micro_batch = a.micro_batch;
+  hf.grad_accum = a.grad_accum;
+  hf.warmup_steps = a.warmup_steps;
+  hf.total_steps = a.total_steps.value_or(a.steps);
+  hf.hidden_size = hidden_size;
+  hf.bf16 = a.bf16;
+  hf.fp16 = a.fp16;
+  dscpp::ConfigOptions options;
+  options.world_size = world_size;
+  options.auto_values = dscpp::AutoValues::from_hf_args(hf);
+  return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
+                                    : dscpp::Config::from_file(a.deepspeed_config, options);
+}
+
+gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
+  auto c = gpt::GptConfig::preset(a.model, vocab_size);
+  if (a.n_layer) c.n_layer = *a.n_layer;
+  if (a.n_embd) c.n_embd = *a.n_embd;
+  if (a.n_head) c.n_head = *a.n_head;
+  c.validate();
+  return c;
+}
+
+int run(const Args& a) {
+  auto comm = dscpp::make_single_process_comm();
+  const int rank = comm->rank(), world = comm->world_size();
+
+  auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
+                                                                          : gpt::TokenDataset::from_file(a.data));
+  const auto model_cfg = model_config(a, dataset->vocab_size());
+  const int64_t seq_len = a.seq_len.value_or(model_cfg.block_size);
+  if (seq_len < 1 || seq_len > model_cfg.block_size) {
+    throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
+                                std::to_string(model_cfg.block_size) + "]");
+  }
+  const auto config = load_config(a, world, model_cfg.n_embd);
+  if (config.fp16.enabled && !dscpp::compat::kCpuHalfMatmul) {
+    throw std::invalid_argument("fp16.enabled: this LibTorch (" + dscpp::compat::torch_version() +
+                                ", CPU) has no fp16 matmul; use bf16 (--bf16) on CPU");
+  }
+
+  torch::manual_seed(a.seed);
+  auto model = gpt::Gpt(model_cfg);
+  dscpp::InitOptions init;
+  init.comm = comm;
+  gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
+  init.log = [&](const std::string& line) {
+    if (rank != 0) return;
+    progress.clear();
+    std::cerr << line << std::endl;
+  };
+  auto engine = dscpp::initialize(model.ptr(), config, init);
+
+  gpt::BatchSamplerOptions sampling;
+  sampling.seq_len = seq_len;
+  sampling.order = a.data_order == "shuffled" ? gpt::DataOrder::kShuffled : gpt::DataOrder::kSequential;
+  sampling.seed = a.seed;
+  const gpt::BatchSampler sampler(dataset, sampling);
+  const auto& batch = config.batch;
+  const int64_t rank_rows = batch.train_batch_size / world;
+  if (rank == 0) {
+    std::cerr << "[gpt-train] " << dataset->description() << "; model " << a.model << " (" << model_cfg.num_params()
+              << " params, " << model_cfg.n_layer << " layers, " << model_cfg.n_embd << " wide), seq " << seq_len
+              << "; global batch " << batch.train_batch_size << " = micro " << batch.micro_batch << " × accum "
+              << batch.grad_accum << " × world " << world << "; " << dscpp::to_string(config.compute_dtype())
+              << "; model states " << dscpp::format_bytes(engine->memory().total()) << " per rank" << std::endl;
+  }
+
+  std::optional<dscpp::MetricsJsonl> metrics;
+  if (!a.metrics.empty() && rank == 0) metrics.emplace(a.metrics);
+  for (int64_t step = engine->global_steps(); step < a.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
+      const auto rows = sampler.rows(step, batch.train_batch_size, rank * rank_rows + micro * batch.micro_batch,
+                                     batch.micro_batch);
+      auto loss = engine->forward([&] { return model->loss(rows.inputs, rows.targets); });
+      engine->backward(loss);
+      engine->step();
+    }
+    const double step_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    const auto& r = engine->last_step();
+    const double tokens_per_s = batch.train_batch_size * seq_len / (step_ms / 1000.0);
+    progress.update(r.step, r.loss, tokens_per_s);
+    if (metrics) {
+      const auto mem = engine->memory();
+      metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
+                      {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
+                      {"tokens_per_s", tokens_per_s}, {"model_state_bytes", mem.total()},
+                      {"rss_bytes", dscpp::resident_bytes()}});
+    }
+  }
+  progress.finish();
+  if (rank == 0) {
+    std::cerr << "[gpt-train] done: " << engine->global_steps() << " steps, final loss " << engine->last_step().loss
+              << ", skipped " << engine->skipped_steps() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpt-train: train a GPT-2-style decoder with deepspeed.cpp"};
+  Args args;
+  add_flags(app, args);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "gpt-train: error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,61 @@
+// Comm: the one interface every collective goes through (STYLE rule 6). Only src/comm/ talks to c10d.
+// Collectives act on flat tensors and return a Handle, so a caller can overlap communication with compute and
+// wait only where it needs the result.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace dscpp {
+
+enum class ReduceOp { kSum, kMax, kMin };
+
+// A pending collective. wait() blocks until the result is in the output tensor; it is idempotent, and throws
+// CommError naming the collective and the ranks involved when a peer failed or the collective timed out.
+class Handle {
+ public:
+  Handle() = default;  // an already-completed handle
+  explicit Handle(std::function<void()> wait) : wait_(std::move(wait)) {}
+  void wait() {
+    if (wait_) {
+      auto w = std::move(wait_);
+      wait_ = nullptr;
+      w();
+    }
+  }
+  bool pending() const { return static_cast<bool>(wait_); }
+
+ private:
+  std::function<void()> wait_;
+};
+
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string backend() const = 0;  // "single", "gloo", "nccl"
+
+  // In place over all ranks.
+  virtual Handle all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) = 0;
+  // `input` is world_size equal chunks; rank r receives the reduction of chunk r in `output` (input.numel()/world).
+  virtual Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op = ReduceOp::kSum) = 0;
+  // `output` (world_size × input.numel()) receives every rank's `input`, rank-major.
+  virtual Handle all_gather(torch::Tensor& output, const torch::Tensor& input) = 0;
+  virtual Handle broadcast(torch::Tensor& tensor, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// One process, no peers: every collective is the identity (or a copy). Used when WORLD_SIZE is unset or 1.
+std::shared_ptr<Comm> make_single_process_comm();
+
+}  // namespace dscpp

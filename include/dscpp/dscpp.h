@@ -1,0 +1,6 @@
+// deepspeed.cpp's public API in one include: config → initialize → backward/step.
+#pragma once
+
+#include "dscpp/comm/comm.h"
+#include "dscpp/config/config.h"
+#include "dscpp/engine/engine.h"

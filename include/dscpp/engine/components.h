@@ -1,0 +1,27 @@
+// The engine's parts built from the config: the one place that turns config values into types
+// (which stage, which scaler, which dtype), so the training step itself never branches on them.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "dscpp/config/config.h"
+#include "dscpp/precision/loss_scaler.h"
+#include "dscpp/zero/zero_stage.h"
+
+namespace dscpp {
+
+// Throws ConfigError naming the key for features the config enables that the engine does not support yet.
+void check_supported(const Config& config);
+
+torch::ScalarType to_scalar_type(DType dtype);
+
+// fp16 → static or dynamic scaler; fp32/bf16 → the unit scaler that stops on non-finite gradients.
+std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function<void(const std::string&)> log);
+
+std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context);
+
+}  // namespace dscpp

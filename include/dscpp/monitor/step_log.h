@@ -1,0 +1,19 @@
+// The rank-0 progress line printed every steps_per_print optimizer steps (SPEC §3.10).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dscpp {
+
+// "step 10 | loss 3.2104 | lr 1.000e-03 | scale 65536 | grad_norm 0.5213 | 812.4 samples/s | skipped 0 | rss 1.2 GB"
+std::string format_step_line(int64_t step, double loss, double lr, double loss_scale, double grad_norm,
+                             double samples_per_s, int64_t skipped_steps);
+
+// Resident set size of this process in bytes (from /proc/self/statm); 0 where unavailable.
+int64_t resident_bytes();
+
+// "1.23 GB", "512.0 MB", "12.0 KB", "100 B".
+std::string format_bytes(double bytes);
+
+}  // namespace dscpp

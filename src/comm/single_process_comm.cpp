@@ -1,0 +1,34 @@
+// The world-size-1 Comm: collectives over one rank reduce to copies, so the engine's code path is the same
+// whether it runs alone or under the launcher.
+#include "dscpp/comm/comm.h"
+
+namespace dscpp {
+namespace {
+
+class SingleProcessComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int world_size() const override { return 1; }
+  std::string backend() const override { return "single"; }
+
+  Handle all_reduce(torch::Tensor&, ReduceOp) override { return {}; }
+
+  Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp) override {
+    if (!output.is_same(input)) output.copy_(input.view_as(output));
+    return {};
+  }
+
+  Handle all_gather(torch::Tensor& output, const torch::Tensor& input) override {
+    if (!output.is_same(input)) output.copy_(input.view_as(output));
+    return {};
+  }
+
+  Handle broadcast(torch::Tensor&, int) override { return {}; }
+  void barrier() override {}
+};
+
+}  // namespace
+
+std::shared_ptr<Comm> make_single_process_comm() { return std::make_shared<SingleProcessComm>(); }
+
+}  // namespace dscpp

@@ -1,0 +1,51 @@
+// Config → engine parts. Every switch on a config value that selects behaviour lives here.
+#include "dscpp/engine/components.h"
+
+namespace dscpp {
+namespace {
+
+void reject(const std::string& key, const std::string& what) {
+  throw ConfigError(key + ": " + what + " is not supported yet by deepspeed.cpp");
+}
+
+}  // namespace
+
+void check_supported(const Config& config) {
+  if (config.zero.stage != 0) {
+    reject("zero_optimization.stage", "stage " + std::to_string(config.zero.stage));
+  }
+  if (config.zero.offload_optimizer.device != OffloadDevice::kNone) reject("zero_optimization.offload_optimizer.device", "offload");
+  if (config.zero.offload_param.device != OffloadDevice::kNone) reject("zero_optimization.offload_param.device", "offload");
+  if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
+  if (config.tensorboard.enabled) reject("tensorboard.enabled", "the TensorBoard monitor");
+  if (config.csv_monitor.enabled) reject("csv_monitor.enabled", "the CSV monitor");
+  if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
+  if (config.flops_profiler.enabled) reject("flops_profiler.enabled", "the flops profiler");
+  if (config.comms_logger.enabled) reject("comms_logger.enabled", "the comms logger");
+}
+
+torch::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kBFloat16: return torch::kBFloat16;
+  }
+  throw std::logic_error("to_scalar_type: unknown DType");
+}
+
+std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function<void(const std::string&)> log) {
+  if (!config.fp16.enabled) return make_unit_scaler();
+  const auto& options = config.fp16.scaler;
+  if (options.static_scale > 0) return make_static_scaler(options.static_scale);
+  return make_dynamic_scaler(options, std::move(log));
+}
+
+std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context) {
+  switch (zero.stage) {
+    case 0: return make_stage0(context);
+    default: reject("zero_optimization.stage", "stage " + std::to_string(zero.stage));
+  }
+  return nullptr;
+}
+
+}  // namespace dscpp

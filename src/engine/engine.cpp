@@ -1,0 +1,179 @@
+// Engine: sequences one training step over the parts chosen at initialize (see engine.h for the order).
+#include "dscpp/engine/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "dscpp/engine/components.h"
+#include "dscpp/monitor/step_log.h"
+
+namespace dscpp {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The trainable parameters in registration order, with their dotted names.
+void collect_params(torch::nn::Module& model, std::vector<torch::Tensor>& params, std::vector<std::string>& names) {
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    names.push_back(item.key());
+    params.push_back(item.value());
+  }
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
+    : config_(std::move(config)), model_(std::move(model)), comm_(std::move(options.comm)), log_(std::move(options.log)) {
+  if (!model_) throw std::invalid_argument("dscpp::initialize: model is null");
+  if (!comm_) comm_ = make_single_process_comm();
+  if (!log_) {
+    log_ = [rank = comm_->rank()](const std::string& line) {
+      if (rank == 0) std::cerr << line << std::endl;
+    };
+  }
+  if (config_.batch.train_batch_size != config_.batch.micro_batch * config_.batch.grad_accum * comm_->world_size()) {
+    throw ConfigError("train_batch_size " + std::to_string(config_.batch.train_batch_size) + " != micro " +
+                      std::to_string(config_.batch.micro_batch) + " × grad_accum " +
+                      std::to_string(config_.batch.grad_accum) + " × world_size " +
+                      std::to_string(comm_->world_size()) + ": the config was resolved for another world size");
+  }
+  check_supported(config_);
+  const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
+  if (!optimizer_config) {
+    throw ConfigError("optimizer: the config has no \"optimizer\" section and the program passed none; add e.g. "
+                      "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}");
+  }
+
+  // Cast first, then flatten: the flat buffers are allocated in the compute dtype and the params become views.
+  const auto dtype = to_scalar_type(config_.compute_dtype());
+  model_->to(dtype);
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  collect_params(*model_, params, names);
+  flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype);
+
+  StageContext context;
+  context.comm = comm_;
+  context.flat = flat_.get();
+  context.reduce_bucket_size = config_.zero.reduce_bucket_size;
+  context.allgather_bucket_size = config_.zero.allgather_bucket_size;
+  context.overlap_comm = config_.zero.overlap_comm;
+  context.prescale_gradients = config_.prescale_gradients;
+  context.gradient_predivide_factor = config_.gradient_predivide_factor;
+  stage_ = make_zero_stage(config_.zero, context);
+
+  auto& master = stage_->master_params();
+  optimizer_ = make_flat_optimizer(*optimizer_config, master.numel(), master.options());
+  const double base_lr = optimizer_config->lr();
+  schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
+  scaler_ = make_loss_scaler(config_, log_);
+  for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
+  loss_sum_ = torch::zeros({}, master.options());
+
+  // Every rank starts from rank 0's weights, whatever each process initialised.
+  if (comm_->world_size() > 1) comm_->broadcast(flat_->params(), 0).wait();
+  if (!master.is_same(flat_->params())) master.copy_(flat_->params());
+  last_log_time_ns_ = now_ns();
+}
+
+Engine::~Engine() = default;
+
+bool Engine::is_gradient_accumulation_boundary() const {
+  return (micro_steps_ + 1) % config_.batch.grad_accum == 0;
+}
+
+double Engine::lr() const { return schedule_->lr_at(global_steps_ - skipped_steps_); }
+
+void Engine::backward(const torch::Tensor& loss) {
+  if (!loss.defined() || loss.numel() != 1) {
+    throw std::invalid_argument("Engine::backward: loss must be a scalar tensor, got " +
+                                (loss.defined() ? std::to_string(loss.numel()) + " elements" : std::string("undefined")));
+  }
+  if (!flat_->grads_attached()) flat_->zero_grads();  // the user set .grad to None (module->zero_grad())
+  loss_sum_ += loss.detach().to(torch::kFloat32).reshape({});
+  // fp32 scaling: a 16-bit loss times 2^16 would itself overflow.
+  const double factor = scaler_->scale() / static_cast<double>(config_.batch.grad_accum);
+  (loss.to(torch::kFloat32) * factor).backward();
+  stage_->after_backward(is_gradient_accumulation_boundary());
+}
+
+bool Engine::step() {
+  const bool boundary = is_gradient_accumulation_boundary();
+  ++micro_steps_;
+  if (!boundary) return false;
+  StepReport report;
+  update(report);
+  last_step_ = report;
+  log_step(report);
+  return !report.skipped;
+}
+
+void Engine::update(StepReport& report) {
+  const int64_t t = global_steps_ - skipped_steps_;  // schedule position: completed, non-skipped steps
+  report.lr = schedule_->lr_at(t);
+  report.loss_scale = scaler_->scale();
+  ++global_steps_;
+  report.step = global_steps_;
+
+  stage_->reduce_gradients();
+  auto& grads = stage_->master_grads();
+
+  // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
+  // global norm non-finite on every rank, so all ranks agree on the overflow.
+  auto shard_norm = stage_->grad_shard().norm();
+  auto packed = torch::stack({shard_norm * shard_norm, loss_sum_.to(shard_norm.scalar_type())}).to(torch::kFloat64);
+  comm_->all_reduce(packed, ReduceOp::kSum).wait();
+  const double scaled_norm = std::sqrt(packed[0].item<double>());
+  report.loss = packed[1].item<double>() / (config_.batch.grad_accum * comm_->world_size());
+  loss_sum_.zero_();
+
+  const bool overflow = !std::isfinite(scaled_norm);
+  report.grad_norm = scaled_norm / report.loss_scale;
+  if (scaler_->update(overflow, report.step)) {
+    report.skipped = true;
+    ++skipped_steps_;
+    stage_->zero_grads();
+    return;
+  }
+
+  // Unscale and clip in one pass (SPEC §3.4).
+  double coef = 1.0 / report.loss_scale;
+  const double clip = config_.gradient_clipping;
+  if (clip > 0 && report.grad_norm > clip) coef *= clip / (report.grad_norm + 1e-6);
+  if (coef != 1.0) grads.mul_(coef);
+
+  if (auto momentum = schedule_->momentum_at(t)) optimizer_->set_momentum(*momentum);
+  optimizer_->step(stage_->master_params(), grads, report.lr);
+  stage_->publish_params();
+  stage_->zero_grads();
+}
+
+void Engine::log_step(const StepReport& report) {
+  if (report.step % config_.steps_per_print != 0) return;
+  const int64_t now = now_ns();
+  const double seconds = (now - last_log_time_ns_) * 1e-9;
+  last_log_time_ns_ = now;
+  const double samples_per_s = seconds > 0 ? config_.batch.train_batch_size * config_.steps_per_print / seconds : 0.0;
+  log_(format_step_line(report.step, report.loss, report.lr, report.loss_scale, report.grad_norm, samples_per_s,
+                        skipped_steps_));
+}
+
+ModelStateMemory Engine::memory() const {
+  ModelStateMemory m;
+  m.stage = stage_->memory();
+  m.optimizer_state = optimizer_state_bytes_;
+  return m;
+}
+
+std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config, InitOptions options) {
+  return std::make_unique<Engine>(std::move(model), config, std::move(options));
+}
+
+}  // namespace dscpp

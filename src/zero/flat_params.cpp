@@ -1,0 +1,67 @@
+// FlatParams: moving parameters into flat storage and keeping their gradients attached to it.
+#include "dscpp/zero/flat_params.h"
+
+#include <stdexcept>
+
+namespace dscpp {
+namespace {
+
+std::vector<FlatLayout::Param> describe(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names) {
+  if (params.size() != names.size()) throw std::invalid_argument("FlatParams: params and names differ in length");
+  std::vector<FlatLayout::Param> out;
+  out.reserve(params.size());
+  for (size_t i = 0; i < params.size(); ++i) out.push_back({names[i], params[i].sizes().vec()});
+  return out;
+}
+
+torch::Tensor slot_view(torch::Tensor& flat, const ParamSlot& slot) {
+  return flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
+}
+
+}  // namespace
+
+FlatParams::FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
+                       torch::ScalarType dtype, int64_t alignment)
+    : layout_(describe(params, names), world_size, alignment), params_(std::move(params)) {
+  if (params_.empty()) throw std::invalid_argument("FlatParams: the model has no trainable parameters");
+  const auto device = params_.front().device();
+  const auto options = torch::TensorOptions().dtype(dtype).device(device);
+  params_flat_ = torch::zeros({layout_.padded_numel()}, options);
+  grads_flat_ = torch::zeros({layout_.padded_numel()}, options);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    auto& p = params_[i];
+    if (p.device() != device) {
+      throw std::invalid_argument("FlatParams: parameter '" + names[i] + "' is on " + p.device().str() +
+                                  " but the first parameter is on " + device.str());
+    }
+    auto view = slot_view(params_flat_, layout_.slots()[i]);
+    view.copy_(p.detach());
+    p.set_data(view);
+  }
+  attach_grads();
+}
+
+void FlatParams::attach_grads() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].mutable_grad() = slot_view(grads_flat_, layout_.slots()[i]);
+  }
+}
+
+bool FlatParams::grads_attached() const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& g = params_[i].grad();
+    const auto& slot = layout_.slots()[i];
+    if (!g.defined() || g.data_ptr() != static_cast<char*>(grads_flat_.data_ptr()) + slot.offset * grads_flat_.element_size()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void FlatParams::zero_grads() {
+  grads_flat_.zero_();
+  attach_grads();
+}
+
+}  // namespace dscpp

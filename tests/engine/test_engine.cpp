@@ -1,0 +1,201 @@
+// Engine, stage 0 on one process, fp32: the training step against plain LibTorch references.
+#include <gtest/gtest.h>
+
+#include "dscpp/dscpp.h"
+#include "test_models.h"
+
+namespace dscpp::testing {
+namespace {
+
+// Parameters of `model` as one flat fp32 vector.
+torch::Tensor flat_params(torch::nn::Module& model) {
+  std::vector<torch::Tensor> parts;
+  for (auto& p : model.parameters()) parts.push_back(p.detach().to(torch::kFloat32).reshape(-1));
+  return torch::cat(parts);
+}
+
+double max_rel_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a - b).abs().max() / b.abs().max().clamp_min(1e-12)).item<double>();
+}
+
+// Trains `steps` optimizer steps with the engine; micro-batches are consecutive slices of the global batch.
+torch::Tensor train_engine(const std::string& json, int64_t steps, int64_t global_batch, std::vector<double>* losses = nullptr) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto config = config_from(json);
+  auto engine = initialize(model.ptr(), config);
+  auto [x, y] = regression_data(steps * global_batch);
+  const int64_t micro = config.batch.micro_batch;
+  for (int64_t s = 0; s < steps; ++s) {
+    for (int64_t m = 0; m < config.batch.grad_accum; ++m) {
+      const int64_t row = s * global_batch + m * micro;
+      auto loss = model->loss(x.narrow(0, row, micro), y.narrow(0, row, micro));
+      engine->backward(loss);
+      engine->step();
+    }
+    if (losses) losses->push_back(engine->last_step().loss);
+  }
+  return flat_params(*model);
+}
+
+TEST(Engine, MatchesPlainLibTorchAdamW) {
+  const int64_t steps = 10, batch = 16;
+  auto engine_params = train_engine(R"({"train_batch_size": 16,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1, "betas": [0.9, 0.99], "eps": 1e-8}}})",
+                                    steps, batch);
+  torch::manual_seed(0);
+  auto model = Mlp();
+  torch::optim::AdamW opt(model->parameters(),
+                          torch::optim::AdamWOptions(0.01).weight_decay(0.1).betas({0.9, 0.99}).eps(1e-8));
+  auto [x, y] = regression_data(steps * batch);
+  for (int64_t s = 0; s < steps; ++s) {
+    opt.zero_grad();
+    model->loss(x.narrow(0, s * batch, batch), y.narrow(0, s * batch, batch)).backward();
+    opt.step();
+  }
+  EXPECT_LT(max_rel_diff(engine_params, flat_params(*model)), 1e-5);
+}
+
+TEST(Engine, AccumulationEqualsLargeBatch) {
+  const std::string opt = R"("optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9}})";
+  std::vector<double> loss_gas4, loss_gas1;
+  auto gas4 = train_engine(R"({"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 4, )" + opt + "}",
+                           8, 16, &loss_gas4);
+  auto gas1 = train_engine(R"({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1, )" + opt + "}",
+                           8, 16, &loss_gas1);
+  EXPECT_LT(max_rel_diff(gas4, gas1), 1e-5);
+  ASSERT_EQ(loss_gas4.size(), loss_gas1.size());
+  for (size_t i = 0; i < loss_gas1.size(); ++i) EXPECT_NEAR(loss_gas4[i], loss_gas1[i], 1e-5 * std::abs(loss_gas1[i]));
+}
+
+TEST(Engine, StepIsNoOpOffTheBoundary) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 3, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto [x, y] = regression_data(6);
+  const auto before = flat_params(*model);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_FALSE(engine->is_gradient_accumulation_boundary());
+    engine->backward(model->loss(x.narrow(0, 2 * i, 2), y.narrow(0, 2 * i, 2)));
+    EXPECT_FALSE(engine->step());
+    EXPECT_TRUE(torch::equal(before, flat_params(*model)));
+  }
+  EXPECT_TRUE(engine->is_gradient_accumulation_boundary());
+  engine->backward(model->loss(x.narrow(0, 4, 2), y.narrow(0, 4, 2)));
+  EXPECT_TRUE(engine->step());
+  EXPECT_EQ(engine->global_steps(), 1);
+  EXPECT_EQ(engine->micro_steps(), 3);
+  EXPECT_FALSE(torch::equal(before, flat_params(*model)));
+}
+
+// SGD with lr 1 makes the update equal to the (clipped) gradient, so clipping is visible exactly.
+TEST(Engine, ClipsToGlobalNormAndReportsPreClipNorm) {
+  auto [x, y] = regression_data(8);
+  torch::manual_seed(0);
+  auto reference = Mlp();
+  reference->loss(x, y).backward();
+  std::vector<torch::Tensor> grads;
+  for (auto& p : reference->parameters()) grads.push_back(p.grad().reshape(-1));
+  const auto g = torch::cat(grads);
+  const double norm = g.norm().item<double>();
+  const double clip = norm / 4;
+
+  torch::manual_seed(0);
+  auto model = Mlp();
+  const auto before = flat_params(*model);
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 8, "gradient_clipping": )" +
+                                                    std::to_string(clip) +
+                                                    R"(, "optimizer": {"type": "SGD", "params": {"lr": 1.0}}})"));
+  engine->backward(model->loss(x, y));
+  engine->step();
+  EXPECT_NEAR(engine->last_step().grad_norm, norm, 1e-6 * norm);
+  const auto update = before - flat_params(*model);
+  EXPECT_LT(max_rel_diff(update, g * (clip / (norm + 1e-6))), 1e-5);
+  EXPECT_NEAR(update.norm().item<double>(), clip, 1e-5 * clip);
+}
+
+TEST(Engine, ScheduleStepKUsesValueAtKMinusOne) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.5}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.1,
+                                                   "warmup_num_steps": 4, "warmup_type": "linear"}}})"));
+  auto [x, y] = regression_data(4);
+  const std::vector<double> expected = {0.0, 0.025, 0.05, 0.075, 0.1, 0.1};
+  for (double lr : expected) {
+    EXPECT_DOUBLE_EQ(engine->lr(), lr);
+    engine->backward(model->loss(x, y));
+    engine->step();
+    EXPECT_DOUBLE_EQ(engine->last_step().lr, lr);
+  }
+}
+
+TEST(Engine, NonFiniteGradientInFp32StopsNamingTheStep) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto [x, y] = regression_data(4);
+  engine->backward(model->loss(x, y));
+  engine->step();
+  x[0][0] = std::numeric_limits<float>::quiet_NaN();
+  engine->backward(model->loss(x, y));
+  try {
+    engine->step();
+    FAIL() << "expected NonFiniteGradientError";
+  } catch (const NonFiniteGradientError& e) {
+    EXPECT_NE(std::string(e.what()).find("step 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, SurvivesUserZeroGradSettingGradsToNone) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto [x, y] = regression_data(4);
+  model->zero_grad();  // LibTorch's default: set_to_none
+  const auto before = flat_params(*model);
+  engine->backward(model->loss(x, y));
+  engine->step();
+  EXPECT_GT(engine->last_step().grad_norm, 0.0);
+  EXPECT_FALSE(torch::equal(before, flat_params(*model)));
+}
+
+TEST(Engine, RejectsStagesNotBuiltYetNamingTheKey) {
+  auto model = Mlp();
+  try {
+    initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "zero_optimization": {"stage": 3},
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+    FAIL() << "expected ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("zero_optimization.stage"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Engine, RequiresAnOptimizer) {
+  auto model = Mlp();
+  EXPECT_THROW(initialize(model.ptr(), config_from(R"({"train_batch_size": 4})")), ConfigError);
+  InitOptions options;
+  options.client_optimizer = OptimizerConfig{"SGD", SgdOptions{}};
+  EXPECT_NO_THROW(initialize(model.ptr(), config_from(R"({"train_batch_size": 4})"), options));
+}
+
+TEST(Engine, ReportsModelStateMemory) {
+  auto model = Mlp();
+  const int64_t n = 8 * 16 + 16 + 16 + 1;
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
+      "optimizer": {"type": "Adam", "params": {"lr": 0.1}}})"));
+  const auto mem = engine->memory();
+  // fp32 stage 0: params are the master (4n), grads (4n), Adam m and v (8n): 16 bytes per parameter.
+  EXPECT_EQ(mem.stage.params16, 4 * n);
+  EXPECT_EQ(mem.stage.grads16, 4 * n);
+  EXPECT_EQ(mem.stage.master, 0);
+  EXPECT_EQ(mem.optimizer_state, 8 * n);
+  EXPECT_EQ(mem.total(), 16 * n);
+}
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -1,0 +1,140 @@
+// Engine mixed precision: fp16 with the dynamic loss scaler (skips, scale sequence, schedule held on skipped
+// steps) and bf16 with fp32 master weights. fp16 uses an elementwise model: LibTorch 1.13 has no fp16 matmul on CPU.
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#include "dscpp/dscpp.h"
+#include "test_models.h"
+
+namespace dscpp::testing {
+namespace {
+
+// torch::equal on fp16 CPU tensors is unreliable in LibTorch 1.13; compare in fp32.
+bool same_values(const torch::Tensor& a, const torch::Tensor& b) {
+  return torch::equal(a.to(torch::kFloat32), b.to(torch::kFloat32));
+}
+
+TEST(EnginePrecision, Fp16DynamicScalerSkipsOverflowingStepsExactly) {
+  torch::manual_seed(0);
+  auto model = Elementwise(32);
+  std::vector<std::string> log;
+  InitOptions init;
+  init.log = [&](const std::string& line) { log.push_back(line); };
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
+      "fp16": {"enabled": true, "initial_scale_power": 4, "loss_scale_window": 3, "hysteresis": 2},
+      "optimizer": {"type": "SGD", "params": {"lr": 1.0}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 8.0,
+                                                   "warmup_num_steps": 8, "warmup_type": "linear"}}})"),
+                           init);
+  EXPECT_EQ(engine->compute_dtype(), torch::kFloat16);
+  EXPECT_EQ(model->w.scalar_type(), torch::kFloat16);
+
+  torch::manual_seed(1);
+  auto x = torch::randn({4, 32}) * 0.1;
+  auto y = torch::randn({4, 32}) * 0.1;
+  auto x_inf = x.clone();
+  x_inf[0][0] = std::numeric_limits<float>::infinity();
+
+  const std::vector<bool> overflow = {false, true, true, false, false, false, false};
+  const std::vector<double> scale = {16, 16, 16, 8, 8, 8, 16};   // hysteresis absorbs the first overflow
+  const std::vector<double> lr = {0.0, 1.0, 1.0, 1.0, 2.0, 3.0, 4.0};  // held on skipped steps
+  for (size_t i = 0; i < overflow.size(); ++i) {
+    const auto before = model->w.detach().clone();
+    engine->backward(model->loss(overflow[i] ? x_inf : x, y));
+    const bool stepped = engine->step();
+    const auto& r = engine->last_step();
+    EXPECT_EQ(r.skipped, overflow[i]) << "step " << i + 1;
+    EXPECT_EQ(stepped, !overflow[i]) << "step " << i + 1;
+    EXPECT_DOUBLE_EQ(r.loss_scale, scale[i]) << "step " << i + 1;
+    EXPECT_NEAR(r.lr, lr[i], 1e-12) << "step " << i + 1;
+    if (overflow[i]) {
+      EXPECT_TRUE(same_values(before, model->w.detach())) << "params must not move on a skipped step";
+    } else if (r.lr > 0) {
+      EXPECT_FALSE(same_values(before, model->w.detach())) << "step " << i + 1;
+      EXPECT_TRUE(std::isfinite(r.grad_norm));
+    }
+  }
+  EXPECT_EQ(engine->skipped_steps(), 2);
+  EXPECT_EQ(engine->global_steps(), 7);
+  EXPECT_EQ(log.size(), 2u) << "one line per overflow";
+}
+
+TEST(EnginePrecision, Fp16GradientsAreUnscaledBeforeTheUpdate) {
+  // Same data, fp16 with scale 2^10 vs fp32: SGD updates must agree to fp16 precision.
+  auto run = [](const std::string& precision) {
+    torch::manual_seed(0);
+    auto model = Elementwise(32);
+    auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4, )" + precision +
+                                                      R"( "optimizer": {"type": "SGD", "params": {"lr": 5.0}}})"));
+    torch::manual_seed(1);
+    auto x = torch::randn({4, 32}) * 0.5;
+    auto y = torch::randn({4, 32}) * 0.5;
+    for (int i = 0; i < 3; ++i) {
+      engine->backward(model->loss(x, y));
+      engine->step();
+    }
+    return std::make_pair(model->w.detach().to(torch::kFloat32), engine->last_step().grad_norm);
+  };
+  auto [w16, norm16] = run(R"("fp16": {"enabled": true, "initial_scale_power": 10},)");
+  auto [w32, norm32] = run("");
+  const auto initial = torch::linspace(0.5, 1.5, 32);
+  ASSERT_GT((w32 - initial).abs().max().item<double>(), 0.1) << "the updates must be large enough to compare";
+  EXPECT_LT((w16 - w32).abs().max().item<double>(), 5e-3);
+  EXPECT_NEAR(norm16, norm32, 1e-2 * norm32);
+}
+
+TEST(EnginePrecision, Fp16StaticScaleStaysAndSkips) {
+  torch::manual_seed(0);
+  auto model = Elementwise(8);
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 2,
+      "fp16": {"enabled": true, "loss_scale": 128}, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto x = torch::ones({2, 8});
+  auto y = torch::zeros({2, 8});
+  engine->backward(model->loss(x * std::numeric_limits<float>::infinity(), y));
+  EXPECT_FALSE(engine->step());
+  EXPECT_TRUE(engine->last_step().skipped);
+  EXPECT_DOUBLE_EQ(engine->loss_scale(), 128);
+  engine->backward(model->loss(x, y));
+  EXPECT_TRUE(engine->step());
+  EXPECT_DOUBLE_EQ(engine->loss_scale(), 128);
+}
+
+TEST(EnginePrecision, Fp16AtMinimumScaleIsAClearError) {
+  torch::manual_seed(0);
+  auto model = Elementwise(8);
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 2,
+      "fp16": {"enabled": true, "initial_scale_power": 1, "hysteresis": 1, "min_loss_scale": 1},
+      "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto x = torch::full({2, 8}, std::numeric_limits<float>::infinity());
+  auto y = torch::zeros({2, 8});
+  engine->backward(model->loss(x, y));
+  engine->step();  // 2 -> 1
+  EXPECT_DOUBLE_EQ(engine->loss_scale(), 1);
+  engine->backward(model->loss(x, y));
+  EXPECT_THROW(engine->step(), LossScaleAtMinimumError);
+}
+
+TEST(EnginePrecision, Bf16TrainsWithFp32Master) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 32, "bf16": {"enabled": true},
+      "optimizer": {"type": "Adam", "params": {"lr": 0.02}}})"));
+  EXPECT_EQ(model->fc1->weight.scalar_type(), torch::kBFloat16);
+  const int64_t n = 8 * 16 + 16 + 16 + 1;
+  const auto mem = engine->memory();
+  EXPECT_EQ(mem.stage.params16, 2 * n);
+  EXPECT_EQ(mem.stage.grads16, 2 * n);
+  EXPECT_EQ(mem.stage.master, 4 * n);
+  auto [x, y] = regression_data(32);
+  std::vector<double> losses;
+  for (int i = 0; i < 60; ++i) {
+    engine->backward(model->loss(x, y));
+    engine->step();
+    losses.push_back(engine->last_step().loss);
+  }
+  EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
+}
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -1,0 +1,78 @@
+// gpt-train end to end: trains `tiny` for real and reads its --metrics file.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <sstream>
+
+#include "../common/subprocess.h"
+
+namespace dscpp::testing {
+namespace {
+
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& path) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(read_text(path));
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+CommandResult gpt_train(const std::string& args) {
+  return run_command(std::string(DSCPP_BINARY_DIR "/gpt-train --no_progress ") + args);
+}
+
+TEST(GptTrain, TinyTrainsAndWritesOneMetricsLinePerStep) {
+  const auto dir = temp_dir("gpt_train");
+  const auto metrics = dir / "run.jsonl";
+  auto r = gpt_train("--model tiny --steps 40 --seq_len 64 --lr 3e-3 --warmup_steps 5 --metrics " + metrics.string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_jsonl(metrics);
+  ASSERT_EQ(rows.size(), 40u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["step"].get<int>(), static_cast<int>(i) + 1);
+    for (const char* key : {"loss", "lr", "loss_scale", "grad_norm", "skipped", "step_ms", "tokens_per_s"}) {
+      EXPECT_TRUE(rows[i].contains(key)) << key;
+    }
+  }
+  const double first = rows.front()["loss"].get<double>(), last = rows.back()["loss"].get<double>();
+  EXPECT_NEAR(first, std::log(256.0), 0.3) << "a fresh byte-level model starts near ln(256)";
+  EXPECT_LT(last, first - 1.5) << "first " << first << " last " << last;
+  EXPECT_NE(r.err.find("step 40 | loss"), std::string::npos) << "rank-0 log every steps_per_print:\n" << r.err;
+}
+
+TEST(GptTrain, AccumulationSplitGivesTheSameTrajectory) {
+  const auto dir = temp_dir("gpt_train_gas");
+  const std::string common = "--model tiny --steps 5 --warmup_steps 2 --seq_len 32 --data_order shuffled --metrics ";
+  auto a = gpt_train(common + (dir / "a.jsonl").string() + " --micro_batch 8 --grad_accum 1");
+  auto b = gpt_train(common + (dir / "b.jsonl").string() + " --micro_batch 2 --grad_accum 4");
+  ASSERT_EQ(a.code, 0) << a.err;
+  ASSERT_EQ(b.code, 0) << b.err;
+  const auto ra = read_jsonl(dir / "a.jsonl"), rb = read_jsonl(dir / "b.jsonl");
+  ASSERT_EQ(ra.size(), rb.size());
+  for (size_t i = 0; i < ra.size(); ++i) {
+    const double la = ra[i]["loss"].get<double>(), lb = rb[i]["loss"].get<double>();
+    EXPECT_NEAR(la, lb, 1e-5 * la) << "step " << i + 1;
+  }
+}
+
+TEST(GptTrain, Bf16RunsAndLearns) {
+  const auto dir = temp_dir("gpt_train_bf16");
+  auto r = gpt_train("--model tiny --steps 20 --seq_len 32 --lr 3e-3 --warmup_steps 5 --bf16 --metrics " +
+                     (dir / "run.jsonl").string());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto rows = read_jsonl(dir / "run.jsonl");
+  ASSERT_EQ(rows.size(), 20u);
+  EXPECT_LT(rows.back()["loss"].get<double>(), rows.front()["loss"].get<double>() - 1.0);
+}
+
+TEST(GptTrain, BadConfigIsAClearErrorNamingTheKey) {
+  const auto dir = temp_dir("gpt_train_bad");
+  const auto config = dir / "bad.json";
+  std::ofstream(config) << R"({"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true}, "bf16": {"enabled": true}})";
+  auto r = gpt_train("--model tiny --steps 1 --deepspeed_config " + config.string());
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.err.find("bf16"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fp16"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "dscpp/comm/dist_env.h"
+
 namespace dscpp {
 
 enum class ReduceOp { kSum, kMax, kMin };
@@ -57,5 +59,12 @@ class Comm {
 
 // One process, no peers: every collective is the identity (or a copy). Used when WORLD_SIZE is unset or 1.
 std::shared_ptr<Comm> make_single_process_comm();
+
+enum class CommBackend { kAuto, kGloo, kNccl };  // kAuto: NCCL for CUDA tensors where built, else Gloo
+
+// Joins the job described by `env`: TCPStore rendezvous at master_addr:master_port (rank 0 hosts it), then a
+// c10d process group. world_size 1 gives the single-process comm. Collectives time out after env.timeout with a
+// CommError naming this rank and the collective.
+std::shared_ptr<Comm> init_comm(const DistEnv& env, CommBackend backend = CommBackend::kAuto);
 
 }  // namespace dscpp

@@ -1,0 +1,90 @@
+// init_comm: rendezvous, then a Gloo (CPU) or NCCL (GPU) process group wrapped as a Comm. The Gloo device is chosen
+// so that a loopback master keeps all traffic on loopback, and GLOO_SOCKET_IFNAME picks the NIC otherwise.
+#include <sstream>
+
+#include "process_group_comm.h"
+#include "rendezvous.h"
+
+namespace dscpp {
+namespace {
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistEnv& env) {
+  if (is_loopback(env.master_addr)) return {c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr)};
+  if (!env.gloo_socket_ifname.empty()) {
+    std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+    std::stringstream names(env.gloo_socket_ifname);
+    for (std::string name; std::getline(names, name, ',');)
+      if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    return devices;
+  }
+  return {c10d::ProcessGroupGloo::createDefaultDevice()};
+}
+
+std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
+  const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
+  auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
+  try {
+    options->devices = gloo_devices(env);
+  } catch (const std::exception& e) {
+    throw CommError(me + ": cannot open a Gloo device (master " + env.master_addr + ", GLOO_SOCKET_IFNAME='" +
+                    env.gloo_socket_ifname + "'): " + e.what());
+  }
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
+  try {
+    group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
+  } catch (const std::exception& e) {
+    const auto* c10 = dynamic_cast<const c10::Error*>(&e);
+    throw CommError(me + ": connecting the Gloo process group failed: " +
+                    (c10 ? c10->what_without_backtrace() : e.what()) +
+                    ". A peer rank probably died during start-up; see its log.");
+  }
+  BackendFeatures features;
+  try {
+    features = probe_features(*group, env.world_size);
+  } catch (const std::exception& e) {
+    throw CommError(me + ": the start-up collective failed: " + std::string(e.what()) +
+                    ". A peer rank probably died; see its log.");
+  }
+  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features);
+}
+
+#ifdef DSCPP_WITH_NCCL
+// NCCL does bf16, reduce-scatter and flat all-gather natively. Tensors must live on this rank's GPU (the engine
+// puts them on cuda:local_rank).
+std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = env.timeout;
+  auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
+  return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size,
+                                            BackendFeatures{true, true, true});
+}
+#endif
+
+}  // namespace
+
+std::shared_ptr<Comm> init_comm(const DistEnv& env, CommBackend backend) {
+  if (env.world_size == 1) return make_single_process_comm();
+#ifdef DSCPP_WITH_NCCL
+  const bool nccl = backend == CommBackend::kNccl || (backend == CommBackend::kAuto && torch::cuda::is_available());
+#else
+  if (backend == CommBackend::kNccl)
+    throw CommError("backend nccl was requested but this build has no NCCL (its LibTorch has no CUDA); use gloo");
+  const bool nccl = false;
+#endif
+  auto store = rendezvous(env);
+  std::shared_ptr<Comm> comm;
+#ifdef DSCPP_WITH_NCCL
+  if (nccl) comm = make_nccl(env, store);
+#endif
+  if (!nccl) comm = make_gloo(env, store);
+  // Every rank has finished connecting before any returns, so rank 0 (the store's host) cannot exit while a
+  // slower peer still reads the store.
+  comm->barrier();
+  return comm;
+}
+
+}  // namespace dscpp

@@ -1,0 +1,253 @@
+// ProcessGroupComm: collectives over a c10d process group, with the fallbacks for what its Gloo lacks.
+// Fallbacks (used where probe_features() found no native support):
+//   bf16 reductions  -> reduce an fp32 copy, convert back in wait() (exact for sums that fit bf16's 8-bit mantissa
+//                       after the fp32 sum; rounding once at the end, as NCCL's bf16 does not);
+//   bf16 movement    -> all_gather/broadcast reinterpret bf16 bits as fp16 (same width, no arithmetic, exact);
+//   reduce_scatter   -> all_reduce a copy of the input, copy this rank's chunk out in wait() (W× the traffic of a
+//                       ring reduce-scatter's share, still one collective);
+//   _allgather_base  -> allgather into world_size views of the flat output (Gloo copies into the views).
+#include "process_group_comm.h"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace dscpp {
+namespace {
+
+std::string dtype_name(torch::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return "float32";
+    case torch::kDouble: return "float64";
+    case torch::kHalf: return "float16";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kLong: return "int64";
+    case torch::kInt: return "int32";
+    case torch::kShort: return "int16";
+    case torch::kChar: return "int8";
+    case torch::kByte: return "uint8";
+    case torch::kBool: return "bool";
+    default: return c10::toString(t);
+  }
+}
+
+std::string describe(const char* op, const torch::Tensor& t) {
+  return std::string(op) + " of " + std::to_string(t.numel()) + " x " + dtype_name(t.scalar_type());
+}
+
+// The exception's message without c10's backtrace or a trailing period (we append our own sentence).
+std::string reason(const std::exception& e) {
+  auto c10 = dynamic_cast<const c10::Error*>(&e);
+  std::string text = c10 ? c10->what_without_backtrace() : e.what();
+  while (!text.empty() && (text.back() == '.' || text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+  }
+  throw std::invalid_argument("unknown ReduceOp " + std::to_string(static_cast<int>(op)));
+}
+
+void check_dense(const char* op, const char* name, const torch::Tensor& t) {
+  if (!t.defined()) throw std::invalid_argument(std::string(op) + ": `" + name + "` is an undefined tensor");
+  if (!t.is_contiguous())
+    throw std::invalid_argument(std::string(op) + ": `" + name + "` must be contiguous (a flat buffer)");
+}
+
+void check_same_dtype(const char* op, const torch::Tensor& output, const torch::Tensor& input) {
+  if (output.scalar_type() != input.scalar_type())
+    throw std::invalid_argument(std::string(op) + ": output is " + dtype_name(output.scalar_type()) +
+                                " but input is " + dtype_name(input.scalar_type()) + "; they must match");
+}
+
+// Bits of a bf16 tensor seen as fp16: same element size, so Gloo moves them without touching the values.
+torch::Tensor movable(const torch::Tensor& t, bool native_bf16) {
+  return (t.scalar_type() == torch::kBFloat16 && !native_bf16) ? t.view(torch::kHalf) : t;
+}
+
+}  // namespace
+
+ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<c10d_compat::Group> group,
+                                   c10::intrusive_ptr<c10d::Store> store, std::string backend, int rank,
+                                   int world_size, BackendFeatures features)
+    : group_(std::move(group)),
+      store_(std::move(store)),
+      backend_(std::move(backend)),
+      rank_(rank),
+      world_size_(world_size),
+      features_(features) {}
+
+ProcessGroupComm::~ProcessGroupComm() = default;
+
+std::string ProcessGroupComm::prefix() const {
+  return "rank " + std::to_string(rank_) + "/" + std::to_string(world_size_) + ": ";
+}
+
+bool ProcessGroupComm::widen(const torch::Tensor& t) const {
+  return t.scalar_type() == torch::kBFloat16 && !features_.bf16;
+}
+
+Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std::function<void()> finish) {
+  c10::intrusive_ptr<c10d::Work> work;
+  try {
+    work = issue();
+  } catch (const std::exception& e) {
+    throw CommError(prefix() + what + " could not start: " + reason(e));
+  }
+  std::string context = prefix() + what;
+  return Handle([work, context, finish = std::move(finish)] {
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      throw CommError(context + " failed: " + reason(e) +
+                      ". A peer rank probably died or is stuck; see its log.");
+    }
+    if (finish) finish();
+  });
+}
+
+Handle ProcessGroupComm::all_reduce(torch::Tensor& tensor, ReduceOp op) {
+  check_dense("all_reduce", "tensor", tensor);
+  if (tensor.numel() == 0 || world_size_ == 1) return {};
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  const std::string what = describe("all_reduce", tensor);
+  if (widen(tensor)) {
+    std::vector<at::Tensor> wide{tensor.to(torch::kFloat)};
+    return launch(what, [&] { return group_->allreduce(wide, options); },
+                  [tensor, wide = wide[0]]() mutable { tensor.copy_(wide); });
+  }
+  std::vector<at::Tensor> tensors{tensor};
+  return launch(what, [&] { return group_->allreduce(tensors, options); });
+}
+
+Handle ProcessGroupComm::reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op) {
+  check_dense("reduce_scatter", "output", output);
+  check_dense("reduce_scatter", "input", input);
+  check_same_dtype("reduce_scatter", output, input);
+  const int64_t n = output.numel();
+  if (input.numel() != n * world_size_)
+    throw std::invalid_argument("reduce_scatter: input has " + std::to_string(input.numel()) +
+                                " elements; it must be world_size (" + std::to_string(world_size_) +
+                                ") x output (" + std::to_string(n) + ")");
+  if (n == 0) return {};
+  if (world_size_ == 1) {
+    output.copy_(input.view_as(output));
+    return {};
+  }
+  const std::string what = describe("reduce_scatter", input);
+  const bool wide = widen(input);
+  at::Tensor flat_out = output.view({-1});
+  if (features_.reduce_scatter) {
+    c10d::ReduceScatterOptions options;
+    options.reduceOp = to_c10d(op);
+    at::Tensor in = wide ? input.to(torch::kFloat).view({-1}) : input.view({-1});
+    at::Tensor out = wide ? torch::empty({n}, in.options()) : flat_out;
+    std::function<void()> finish;
+    if (wide) finish = [flat_out, out]() mutable { flat_out.copy_(out); };
+    return launch(what, [&] { return group_->_reduce_scatter_base(out, in, options); }, std::move(finish));
+  }
+  c10d::AllreduceOptions options;
+  options.reduceOp = to_c10d(op);
+  // all_reduce works in place and `input` is the caller's: reduce a copy (an fp32 one when widening).
+  std::vector<at::Tensor> buffer{wide ? input.to(torch::kFloat).view({-1}) : input.reshape({-1}).clone()};
+  const int64_t offset = static_cast<int64_t>(rank_) * n;
+  return launch(what, [&] { return group_->allreduce(buffer, options); },
+                [flat_out, full = buffer[0], offset, n]() mutable { flat_out.copy_(full.narrow(0, offset, n)); });
+}
+
+Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& input) {
+  check_dense("all_gather", "output", output);
+  check_dense("all_gather", "input", input);
+  check_same_dtype("all_gather", output, input);
+  const int64_t n = input.numel();
+  if (output.numel() != n * world_size_)
+    throw std::invalid_argument("all_gather: output has " + std::to_string(output.numel()) +
+                                " elements; it must be world_size (" + std::to_string(world_size_) +
+                                ") x input (" + std::to_string(n) + ")");
+  if (n == 0) return {};
+  if (world_size_ == 1) {
+    if (!output.is_same(input)) output.copy_(input.view_as(output));
+    return {};
+  }
+  const std::string what = describe("all_gather", input);
+  at::Tensor in = movable(input, features_.bf16).view({-1});
+  at::Tensor out = movable(output, features_.bf16).view({-1});
+  if (features_.allgather_base) return launch(what, [&] { return group_->_allgather_base(out, in); });
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(out.narrow(0, r * n, n));
+  std::vector<at::Tensor> inputs{in};
+  return launch(what, [&] { return group_->allgather(outputs, inputs); });
+}
+
+Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {
+  check_dense("broadcast", "tensor", tensor);
+  if (root < 0 || root >= world_size_)
+    throw std::invalid_argument("broadcast: root=" + std::to_string(root) + " is not a rank in 0.." +
+                                std::to_string(world_size_ - 1));
+  if (tensor.numel() == 0 || world_size_ == 1) return {};
+  c10d::BroadcastOptions options;
+  options.rootRank = root;
+  options.rootTensor = 0;
+  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
+  return launch(describe("broadcast", tensor), [&] { return group_->broadcast(tensors, options); });
+}
+
+// A one-element all_reduce, not c10d's barrier: 1.13's Gloo barrier also waits on every earlier Work still held by
+// its worker threads and rethrows their errors, so a failed feature probe (or any Work whose Handle already threw)
+// could fail a later, healthy barrier.
+void ProcessGroupComm::barrier() {
+  if (world_size_ == 1) return;
+  std::vector<at::Tensor> token{torch::zeros({1}, torch::kInt)};
+  launch("barrier", [&] { return group_->allreduce(token); }).wait();
+}
+
+namespace {
+
+// Runs one probe collective; false when the backend refuses it (synchronously or from the Work) or gets it wrong.
+bool probe(const std::function<bool()> attempt) {
+  try {
+    return attempt();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+}  // namespace
+
+BackendFeatures probe_features(c10d_compat::Group& group, int world_size) {
+  const double w = world_size;
+  const bool bf16 = probe([&] {
+    std::vector<at::Tensor> t{torch::ones({1}, torch::kBFloat16)};
+    group.allreduce(t)->wait();
+    return t[0].item<double>() == w;
+  });
+  const bool reduce_scatter = probe([&] {
+    at::Tensor in = torch::ones({world_size}, torch::kFloat);
+    at::Tensor out = torch::zeros({1}, torch::kFloat);
+    group._reduce_scatter_base(out, in)->wait();
+    return out.item<double>() == w;
+  });
+  const bool allgather_base = probe([&] {
+    at::Tensor in = torch::ones({1}, torch::kFloat);
+    at::Tensor out = torch::zeros({world_size}, torch::kFloat);
+    group._allgather_base(out, in)->wait();
+    return out.sum().item<double>() == w;
+  });
+  // A probe can only fail alike on every rank (the refusal comes before any traffic), but agree anyway: a rank
+  // taking a different path would pair mismatched collectives.
+  std::vector<at::Tensor> agreed{torch::tensor({int64_t{bf16}, int64_t{reduce_scatter}, int64_t{allgather_base}})};
+  c10d::AllreduceOptions min;
+  min.reduceOp = c10d::ReduceOp::MIN;
+  group.allreduce(agreed, min)->wait();
+  BackendFeatures features;
+  features.bf16 = agreed[0][0].item<int64_t>() != 0;
+  features.reduce_scatter = agreed[0][1].item<int64_t>() != 0;
+  features.allgather_base = agreed[0][2].item<int64_t>() != 0;
+  return features;
+}
+
+}  // namespace dscpp

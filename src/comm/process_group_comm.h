@@ -1,0 +1,59 @@
+// ProcessGroupComm: the Comm over a c10d process group (Gloo on CPU, NCCL on GPU). It turns c10d Works into
+// Handles, c10d/Gloo exceptions into CommErrors that name the rank and the collective, and hides what the
+// LibTorch's Gloo lacks (see BackendFeatures) behind fallbacks, so callers see one behaviour on every LibTorch.
+#pragma once
+
+#include "c10d_compat.h"
+#include "dscpp/comm/comm.h"
+
+namespace dscpp {
+
+// What the backend does natively; everything else goes through a fallback in ProcessGroupComm.
+// Debian's 1.13 Gloo has none of these; PyTorch 2.x's Gloo gained them release by release; NCCL has all three.
+struct BackendFeatures {
+  bool bf16 = false;            // arithmetic on bfloat16 (else: reduce in an fp32 temporary, convert back in wait)
+  bool reduce_scatter = false;  // _reduce_scatter_base (else: all_reduce a copy, keep this rank's chunk in wait)
+  bool allgather_base = false;  // _allgather_base into one flat tensor (else: allgather into views of the output)
+};
+
+class ProcessGroupComm final : public Comm {
+ public:
+  // `store` is kept alive as long as the group (rank 0 hosts it). `features` must be identical on every rank.
+  ProcessGroupComm(c10::intrusive_ptr<c10d_compat::Group> group, c10::intrusive_ptr<c10d::Store> store,
+                   std::string backend, int rank, int world_size, BackendFeatures features);
+  // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
+  // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
+  ~ProcessGroupComm() override;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string backend() const override { return backend_; }
+  const BackendFeatures& features() const { return features_; }
+
+  Handle all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) override;
+  Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op = ReduceOp::kSum) override;
+  Handle all_gather(torch::Tensor& output, const torch::Tensor& input) override;
+  Handle broadcast(torch::Tensor& tensor, int root) override;
+  void barrier() override;
+
+ private:
+  using Issue = std::function<c10::intrusive_ptr<c10d::Work>()>;
+  // Starts a collective (`issue`) and returns a Handle whose wait() waits on the Work, then runs `finish` (the
+  // fallbacks' copy-out). `what` is e.g. "all_reduce of 7 x float32", used in error messages.
+  Handle launch(const std::string& what, const Issue& issue, std::function<void()> finish = nullptr);
+  std::string prefix() const;
+  bool widen(const torch::Tensor& t) const;  // bf16 arithmetic the backend cannot do: use an fp32 temporary
+
+  c10::intrusive_ptr<c10d_compat::Group> group_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  std::string backend_;
+  int rank_;
+  int world_size_;
+  BackendFeatures features_;
+};
+
+// Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks
+// (a min-reduction), so every rank takes the same code path. Collective: every rank calls it at the same point.
+BackendFeatures probe_features(c10d_compat::Group& group, int world_size);
+
+}  // namespace dscpp

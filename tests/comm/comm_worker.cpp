@@ -1,0 +1,206 @@
+// The rank side of comm_process_test: run as `comm_process_test --worker SCENARIO` with RANK/WORLD_SIZE/MASTER_*
+// set. Every rank builds the same deterministic per-rank inputs, so each can compute every expected result itself.
+// Inputs are small integers, exact in every dtype (fp16/bf16 included) for sums over up to 4 ranks.
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "comm_worker.h"
+#include "dscpp/comm/comm.h"
+
+namespace dscpp::testing {
+namespace {
+
+struct Mismatch : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Rank r's input: integers in -8..8, different on each rank and position.
+torch::Tensor input_of(int rank, int64_t n, torch::ScalarType dtype, int64_t salt = 0) {
+  auto i = torch::arange(n, torch::kLong);
+  return ((i * 7 + rank * 13 + salt) % 17 - 8).to(dtype);
+}
+
+torch::Tensor reference(int world, int64_t n, torch::ScalarType dtype, ReduceOp op, int64_t salt = 0) {
+  auto acc = input_of(0, n, torch::kLong, salt);
+  for (int r = 1; r < world; ++r) {
+    auto x = input_of(r, n, torch::kLong, salt);
+    acc = op == ReduceOp::kSum ? acc + x : op == ReduceOp::kMax ? torch::maximum(acc, x) : torch::minimum(acc, x);
+  }
+  return acc.to(dtype);
+}
+
+void expect_equal(const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {
+  if (got.scalar_type() != want.scalar_type() || got.numel() != want.numel())
+    throw Mismatch(what + ": got " + std::to_string(got.numel()) + " elements of " + c10::toString(got.scalar_type()));
+  if (got.numel() == 0 || torch::equal(got.reshape({-1}), want.reshape({-1}))) return;
+  auto diff = (got.reshape({-1}).to(torch::kDouble) != want.reshape({-1}).to(torch::kDouble)).nonzero();
+  const int64_t at = diff.numel() ? diff[0][0].item<int64_t>() : -1;
+  std::ostringstream msg;
+  msg << what << ": mismatch at index " << at << ": got " << got.reshape({-1})[at].item<double>() << ", expected "
+      << want.reshape({-1})[at].item<double>();
+  throw Mismatch(msg.str());
+}
+
+const char* op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : op == ReduceOp::kMax ? "max" : "min"; }
+
+std::string label(const char* coll, torch::ScalarType dtype, int64_t n, const char* extra = "") {
+  return std::string(coll) + " " + c10::toString(dtype) + " n=" + std::to_string(n) + " " + extra;
+}
+
+void check_all(Comm& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const std::vector<torch::ScalarType> dtypes{torch::kFloat, torch::kBFloat16, torch::kHalf, torch::kDouble,
+                                              torch::kLong};
+  const std::vector<ReduceOp> ops{ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin};
+  const std::vector<int64_t> sizes{0, 1, 7, 1000003};  // 7 and 1000003 divide by none of 2, 3, 4
+  for (auto dtype : dtypes) {
+    for (int64_t n : sizes) {
+      for (auto op : ops) {
+        auto t = input_of(rank, n, dtype);
+        comm.all_reduce(t, op).wait();
+        expect_equal(label("all_reduce", dtype, n, op_name(op)), t, reference(world, n, dtype, op));
+
+        const int64_t chunk = n == 1000003 ? 250001 : n;  // reduce_scatter's per-rank share
+        auto in = input_of(rank, chunk * world, dtype);
+        auto out = torch::full({chunk}, -99, dtype);
+        comm.reduce_scatter(out, in, op).wait();
+        auto want = reference(world, chunk * world, dtype, op).narrow(0, rank * chunk, chunk);
+        expect_equal(label("reduce_scatter", dtype, chunk, op_name(op)), out, want);
+        expect_equal("reduce_scatter leaves its input alone", in, input_of(rank, chunk * world, dtype));
+      }
+      const int64_t share = n == 1000003 ? 250001 : n;
+      auto mine = input_of(rank, share, dtype);
+      auto all = torch::full({share * world}, -99, dtype);
+      comm.all_gather(all, mine).wait();
+      std::vector<torch::Tensor> parts;
+      for (int r = 0; r < world; ++r) parts.push_back(input_of(r, share, dtype));
+      expect_equal(label("all_gather", dtype, share), all, torch::cat(parts));
+
+      for (int root = (n > 1000 ? world - 1 : 0); root < world; ++root) {
+        auto b = input_of(rank, n, dtype);
+        comm.broadcast(b, root).wait();
+        expect_equal(label("broadcast", dtype, n, ("root " + std::to_string(root)).c_str()), b,
+                     input_of(root, n, dtype));
+      }
+    }
+  }
+}
+
+// Several collectives in flight at once, waited for in reverse order of issue.
+void check_overlap(Comm& comm) {
+  const int rank = comm.rank(), world = comm.world_size();
+  const int64_t n = 4099;
+  std::vector<torch::Tensor> sums;
+  std::vector<Handle> handles;
+  for (int k = 0; k < 4; ++k) {
+    sums.push_back(input_of(rank, n, k % 2 ? torch::kBFloat16 : torch::kFloat, k));
+    handles.push_back(comm.all_reduce(sums.back(), ReduceOp::kSum));
+  }
+  auto rs_in = input_of(rank, 5 * world, torch::kBFloat16, 3);
+  auto rs_out = torch::zeros({5}, torch::kBFloat16);
+  handles.push_back(comm.reduce_scatter(rs_out, rs_in, ReduceOp::kMax));
+  auto ag_in = input_of(rank, 3, torch::kFloat, 5);
+  auto ag_out = torch::zeros({3 * world}, torch::kFloat);
+  handles.push_back(comm.all_gather(ag_out, ag_in));
+  for (auto it = handles.rbegin(); it != handles.rend(); ++it) it->wait();
+  for (auto& h : handles) h.wait();  // idempotent
+  for (int k = 0; k < 4; ++k)
+    expect_equal("overlapped all_reduce " + std::to_string(k), sums[k],
+                 reference(world, n, sums[k].scalar_type(), ReduceOp::kSum, k));
+  expect_equal("overlapped reduce_scatter", rs_out,
+               reference(world, 5 * world, torch::kBFloat16, ReduceOp::kMax, 3).narrow(0, rank * 5, 5));
+  std::vector<torch::Tensor> parts;
+  for (int r = 0; r < world; ++r) parts.push_back(input_of(r, 3, torch::kFloat, 5));
+  expect_equal("overlapped all_gather", ag_out, torch::cat(parts));
+}
+
+int collectives() {
+  const auto env = DistEnv::from_env();
+  auto comm = init_comm(env, CommBackend::kGloo);
+  const std::string want_backend = env.world_size == 1 ? "single" : "gloo";
+  if (comm->backend() != want_backend || comm->rank() != env.rank || comm->world_size() != env.world_size) {
+    std::cerr << "rank " << env.rank << ": backend " << comm->backend() << ", rank " << comm->rank() << "/"
+              << comm->world_size() << "\n";
+    return 1;
+  }
+  try {
+    check_all(*comm);
+    check_overlap(*comm);
+  } catch (const Mismatch& e) {
+    std::cerr << "rank " << env.rank << ": " << e.what() << "\n";
+    return 1;
+  }
+  auto dropped = torch::ones({10});
+  comm->all_reduce(dropped);  // never waited for: destroying the comm must still not hang
+  comm->barrier();
+  std::cout << "rank " << env.rank << " ok\n";
+  return 0;
+}
+
+// A peer that dies after start-up: rank 1 exits abruptly, rank 0's next collective must fail with a CommError.
+int peer_dies() {
+  const auto env = DistEnv::from_env();
+  auto comm = init_comm(env, CommBackend::kGloo);
+  if (env.rank == 1) std::_Exit(3);
+  auto t = torch::ones({1000});
+  try {
+    comm->all_reduce(t).wait();
+  } catch (const CommError& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  }
+  std::cerr << "rank 0: all_reduce with a dead peer did not fail\n";
+  return 2;
+}
+
+// A peer that is alive but never joins the collective: rank 0's all_reduce must time out after DEEPSPEED_TIMEOUT.
+int peer_stuck() {
+  const auto env = DistEnv::from_env();
+  auto comm = init_comm(env, CommBackend::kGloo);
+  if (env.rank == 1) {
+    std::this_thread::sleep_for(env.timeout * 2);  // outlives rank 0's timeout, then exits cleanly
+    return 0;
+  }
+  auto t = torch::ones({7}, torch::kBFloat16);
+  try {
+    comm->all_reduce(t, ReduceOp::kMax).wait();
+  } catch (const CommError& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  }
+  std::cerr << "rank 0: all_reduce with a stuck peer did not fail\n";
+  return 2;
+}
+
+// Start-up with a rank missing: init_comm itself must fail within DEEPSPEED_TIMEOUT.
+int missing_peer() {
+  try {
+    init_comm(DistEnv::from_env(), CommBackend::kGloo);
+  } catch (const CommError& e) {
+    std::cout << e.what() << "\n";
+    return 0;
+  }
+  std::cerr << "init_comm without all ranks did not fail\n";
+  return 2;
+}
+
+}  // namespace
+
+int run_worker(const std::string& scenario) {
+  try {
+    if (scenario == "collectives") return collectives();
+    if (scenario == "peer_dies") return peer_dies();
+    if (scenario == "peer_stuck") return peer_stuck();
+    if (scenario == "missing_peer") return missing_peer();
+    std::cerr << "unknown worker scenario '" << scenario << "'\n";
+  } catch (const std::exception& e) {
+    std::cerr << "worker " << scenario << " failed: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+}  // namespace dscpp::testing

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "launch_command.h"
 #include "plan_command.h"
 
 int main(int argc, char** argv) {
@@ -10,11 +11,15 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   dscpp::PlanArgs plan_args;
   CLI::App* plan = dscpp::add_plan_command(app, plan_args);
+  dscpp::launcher::LaunchOptions launch_options;
+  CLI::App* launch = dscpp::add_launch_command(app, launch_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  // launch reports its own errors: it must return the ranks' exit code, and 2 for a usage error.
+  if (launch->parsed()) return dscpp::run_launch_command(*launch, launch_options, std::cerr);
   try {
     if (plan->parsed()) dscpp::run_plan(plan_args, std::cout, std::cerr);
   } catch (const std::exception& e) {

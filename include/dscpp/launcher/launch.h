@@ -1,0 +1,54 @@
+// `dscpp launch` as a library: resolve the world, pick the launcher (local / ssh / slurm / openmpi), build the child
+// processes — local ranks, one ssh per node, or one srun/mpirun — and supervise them (SPEC §1.2, §8).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "dscpp/launcher/supervisor.h"
+#include "dscpp/launcher/world.h"
+
+namespace dscpp::launcher {
+
+enum class LauncherKind { kLocal, kSsh, kSlurm, kOpenMpi };
+
+// "local", "ssh", "slurm", "openmpi" (case-insensitive; DeepSpeed's "pdsh" is taken as ssh). Throws naming the value.
+LauncherKind parse_launcher_kind(const std::string& name);
+
+struct LaunchOptions {
+  WorldOptions world;
+  std::string launcher;               // "" = ssh when the world has a non-loopback host or several nodes, else local
+  std::string launcher_args;          // extra words for srun/mpirun, split at whitespace
+  bool no_ssh = false;                // start only node `node_rank`'s ranks: every node runs its own launcher
+  int node_rank = -1;                 // with no_ssh: which node this is (0-based, hostfile order)
+  std::string each_rank_log_dir;      // "" = ranks inherit stdout/stderr; else DIR/rank_<R>.log per rank
+  bool bind_cores_to_rank = false;    // pin local rank i to the i-th even share of the cores; OMP_NUM_THREADS = share
+  bool watch_stdin = false;           // internal (set by the ssh launcher): stdin EOF stops this node's ranks
+  double grace_seconds = 5.0;         // SIGTERM → SIGKILL grace when tearing down
+  std::vector<std::string> program;   // PROGRAM ARGS..., passed untouched
+  std::string self_exe;               // this dscpp binary: what ssh runs on the other nodes
+  std::string cwd;                    // the directory ranks start in (remote nodes `cd` to it)
+};
+
+// A launch, fully decided but not started: what tests inspect.
+struct LaunchPlan {
+  World world;
+  LauncherKind kind = LauncherKind::kLocal;
+  std::vector<ChildSpec> children;
+  SupervisorOptions supervisor;
+};
+
+// Decides everything. `env` is the launcher's environment (inherited by local ranks, source of NCCL_*/UCX_* and
+// DS_ENV_FILE/HOME); `cpus` the CPUs this launcher may use (for --bind_cores_to_rank). Throws std::invalid_argument
+// for any bad flag combination, naming the flags.
+LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus);
+
+// Even shares of `cpus` for `ranks` local ranks: rank i gets cpus[i*s, (i+1)*s), s = cpus.size() / ranks (leftover
+// CPUs stay unused so every rank gets the same). Throws when there are fewer CPUs than ranks.
+std::vector<std::vector<int>> core_shares(const std::vector<int>& cpus, int ranks);
+
+// plan_launch + create the log directory + supervise. Returns the launch's exit code (see supervise()).
+int run_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus, std::ostream& err);
+
+}  // namespace dscpp::launcher

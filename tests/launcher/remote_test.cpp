@@ -1,0 +1,108 @@
+// Exports to remote nodes (NCCL_*, UCX_*, .deepspeed_env) and the exact ssh / srun / mpirun command lines.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+
+#include "dscpp/launcher/remote_commands.h"
+#include "dscpp/launcher/remote_env.h"
+
+namespace dscpp::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("dscpp_launcher_remote_" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+World two_by_two() {
+  World world;
+  world.nodes = {{"w0", {0, 1}}, {"w1", {0, 1}}};
+  world.master_addr = "w0";
+  world.master_port = 29600;
+  return world;
+}
+
+TEST(RemoteEnv, ParsesEnvFile) {
+  EXPECT_EQ(parse_env_file("A=1\n# comment\n\n  B = x=y \nC=\n", "f"), (EnvMap{{"A", "1"}, {"B", "x=y"}, {"C", ""}}));
+  try {
+    parse_env_file("A=1\njunk\n", "f");
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "f:2: expected KEY=VALUE, got 'junk'");
+  }
+}
+
+TEST(RemoteEnv, NcclUcxThenHomeThenCwd) {
+  const fs::path home = fresh_dir("home"), cwd = fresh_dir("cwd");
+  std::ofstream(home / ".deepspeed_env") << "A=home\nB=home\n";
+  std::ofstream(cwd / ".deepspeed_env") << "B=cwd\nNCCL_DEBUG=WARN\n";
+  const EnvMap env{{"NCCL_DEBUG", "INFO"}, {"NCCL_IB_HCA", "mlx5"}, {"UCX_TLS", "tcp"}, {"NCCLX", "no"},
+                   {"PATH", "/usr/bin"}, {"HOME", home.string()}};
+  EXPECT_EQ(remote_exports(env, cwd.string()), (EnvMap{{"NCCL_DEBUG", "WARN"}, {"NCCL_IB_HCA", "mlx5"},
+                                                       {"UCX_TLS", "tcp"}, {"A", "home"}, {"B", "cwd"}}));
+}
+
+TEST(RemoteEnv, DsEnvFileOverridesTheName) {
+  const fs::path cwd = fresh_dir("cwd2");
+  std::ofstream(cwd / ".deepspeed_env") << "IGNORED=1\n";
+  std::ofstream(cwd / "job.env") << "JOB=relative\n";
+  std::ofstream(cwd / "abs.env") << "JOB=absolute\n";
+  EXPECT_EQ(remote_exports({{"DS_ENV_FILE", "job.env"}}, cwd.string()), (EnvMap{{"JOB", "relative"}}));
+  EXPECT_EQ(remote_exports({{"DS_ENV_FILE", (cwd / "abs.env").string()}}, "/nonexistent"),
+            (EnvMap{{"JOB", "absolute"}}));
+  EXPECT_EQ(remote_exports({}, "/nonexistent"), EnvMap{});
+}
+
+TEST(RemoteCommands, ShellQuote) {
+  EXPECT_EQ(shell_quote("abc-1.2/x=y"), "abc-1.2/x=y");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+  EXPECT_EQ(shell_join({"echo", "a b", "c"}), "echo 'a b' c");
+}
+
+TEST(RemoteCommands, Ssh) {
+  const auto argv = ssh_command("w1", "/work/my dir", {{"NCCL_DEBUG", "INFO"}, {"X", "a b"}},
+                                {"/opt/dscpp", "launch", "--no_ssh", "--node_rank", "1", "train", "--lr", "3"});
+  EXPECT_EQ(argv, (std::vector<std::string>{
+                      "ssh", "-o", "BatchMode=yes", "w1",
+                      "cd '/work/my dir' && env NCCL_DEBUG=INFO 'X=a b' /opt/dscpp launch --no_ssh --node_rank 1 "
+                      "train --lr 3"}));
+  EXPECT_EQ(ssh_command("w0", "/w", {}, {"p"}).back(), "cd /w && p");
+}
+
+TEST(RemoteCommands, Srun) {
+  EXPECT_EQ(srun_command(two_by_two(), true, {{"NCCL_DEBUG", "INFO"}}, {"--partition=gpu"}, {"train", "--lr", "3"}),
+            (std::vector<std::string>{"srun", "-n", "4", "--nodes=2", "--ntasks-per-node=2", "--nodelist=w0,w1",
+                                      "--partition=gpu", "env", "MASTER_ADDR=w0", "MASTER_PORT=29600",
+                                      "NCCL_DEBUG=INFO", "train", "--lr", "3"}));
+  EXPECT_EQ(srun_command(two_by_two(), false, {}, {}, {"t"}),
+            (std::vector<std::string>{"srun", "-n", "4", "--nodes=2", "--ntasks-per-node=2", "env",
+                                      "MASTER_ADDR=w0", "MASTER_PORT=29600", "t"}));
+  World uneven = two_by_two();
+  uneven.nodes[1].slots = {0};
+  try {
+    srun_command(uneven, true, {}, {}, {"t"});
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), "--launcher slurm: every node needs the same number of processes (host 'w1' "
+                                     "has 1, host 'w0' has 2)");
+  }
+}
+
+TEST(RemoteCommands, Mpirun) {
+  EXPECT_EQ(mpirun_command(two_by_two(), "/etc/hosts.txt", {{"UCX_TLS", "tcp"}}, {"--bind-to", "none"}, {"train"}),
+            (std::vector<std::string>{"mpirun", "-n", "4", "-hostfile", "/etc/hosts.txt", "--bind-to", "none", "-x",
+                                      "MASTER_ADDR=w0", "-x", "MASTER_PORT=29600", "-x", "UCX_TLS=tcp", "train"}));
+}
+
+}  // namespace
+}  // namespace dscpp::launcher

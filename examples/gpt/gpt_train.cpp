@@ -44,7 +44,8 @@ struct Args {
   bool no_progress = false;
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
-  int64_t micro_batch = 8, grad_accum = 1, warmup_steps = 15;
+  int64_t micro_batch = 8, grad_accum = 1;
+  std::optional<int64_t> warmup_steps;  // default: a tenth of --steps
   std::optional<int64_t> total_steps;
   bool bf16 = false, fp16 = false;
 };
@@ -66,7 +67,7 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--weight_decay", a.weight_decay, "fills optimizer.params.weight_decay");
   app.add_option("--micro_batch", a.micro_batch, "fills train_micro_batch_size_per_gpu")->check(CLI::PositiveNumber);
   app.add_option("--grad_accum", a.grad_accum, "fills gradient_accumulation_steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup_steps", a.warmup_steps, "fills scheduler warmup_num_steps");
+  app.add_option("--warmup_steps", a.warmup_steps, "fills scheduler warmup_num_steps (default: steps / 10)");
   app.add_option("--total_steps", a.total_steps, "fills scheduler total_num_steps (default: --steps)");
   app.add_option("--clip", a.clip, "fills gradient_clipping");
   app.add_flag("--bf16", a.bf16, "fills bf16.enabled");
@@ -80,7 +81,7 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
   hf.max_grad_norm = a.clip;
   hf.micro_batch = a.micro_batch;
   hf.grad_accum = a.grad_accum;
-  hf.warmup_steps = a.warmup_steps;
+  hf.warmup_steps = a.warmup_steps.value_or(std::max<int64_t>(1, a.steps / 10));
   hf.total_steps = a.total_steps.value_or(a.steps);
   hf.hidden_size = hidden_size;
   hf.bf16 = a.bf16;
@@ -102,7 +103,8 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
 }
 
 int run(const Args& a) {
-  auto comm = dscpp::make_single_process_comm();
+  // Under `dscpp launch` (or torchrun/srun/mpirun) this joins the job; alone it is a single process.
+  auto comm = dscpp::init_comm(dscpp::DistEnv::from_env());
   const int rank = comm->rank(), world = comm->world_size();
 
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
@@ -143,7 +145,7 @@ int run(const Args& a) {
               << " params, " << model_cfg.n_layer << " layers, " << model_cfg.n_embd << " wide), seq " << seq_len
               << "; global batch " << batch.train_batch_size << " = micro " << batch.micro_batch << " × accum "
               << batch.grad_accum << " × world " << world << "; " << dscpp::to_string(config.compute_dtype())
-              << "; model states " << dscpp::format_bytes(engine->memory().total()) << " per rank" << std::endl;
+              << "; ZeRO stage " << config.zero.stage << std::endl;
   }
 
   std::optional<dscpp::MetricsJsonl> metrics;
@@ -166,8 +168,8 @@ int run(const Args& a) {
       const auto mem = engine->memory();
       metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
                       {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
-                      {"tokens_per_s", tokens_per_s}, {"model_state_bytes", mem.total()},
-                      {"rss_bytes", dscpp::resident_bytes()}});
+                      {"tokens_per_s", tokens_per_s}, {"world_size", world},
+                      {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()}});
     }
   }
   progress.finish();

@@ -11,9 +11,7 @@ void reject(const std::string& key, const std::string& what) {
 }  // namespace
 
 void check_supported(const Config& config) {
-  if (config.zero.stage != 0) {
-    reject("zero_optimization.stage", "stage " + std::to_string(config.zero.stage));
-  }
+  if (config.zero.stage == 3) reject("zero_optimization.stage", "stage 3");
   if (config.zero.offload_optimizer.device != OffloadDevice::kNone) reject("zero_optimization.offload_optimizer.device", "offload");
   if (config.zero.offload_param.device != OffloadDevice::kNone) reject("zero_optimization.offload_param.device", "offload");
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
@@ -43,6 +41,8 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
 std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context) {
   switch (zero.stage) {
     case 0: return make_stage0(context);
+    case 1: return make_stage1(context);
+    case 2: return make_stage2(context);
     default: reject("zero_optimization.stage", "stage " + std::to_string(zero.stage));
   }
   return nullptr;

@@ -32,7 +32,7 @@ void collect_params(torch::nn::Module& model, std::vector<torch::Tensor>& params
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
     : config_(std::move(config)), model_(std::move(model)), comm_(std::move(options.comm)), log_(std::move(options.log)) {
   if (!model_) throw std::invalid_argument("dscpp::initialize: model is null");
-  if (!comm_) comm_ = make_single_process_comm();
+  if (!comm_) comm_ = init_comm(DistEnv::from_env());
   if (!log_) {
     log_ = [rank = comm_->rank()](const std::string& line) {
       if (rank == 0) std::cerr << line << std::endl;
@@ -57,13 +57,15 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
-  flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype);
+  // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
+  flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype, config_.zero.reduce_bucket_size);
+  // Every rank starts from rank 0's weights, whatever each process initialised; the stage copies its master from them.
+  comm_->broadcast(flat_->params(), 0).wait();
 
   StageContext context;
   context.comm = comm_;
   context.flat = flat_.get();
-  context.reduce_bucket_size = config_.zero.reduce_bucket_size;
-  context.allgather_bucket_size = config_.zero.allgather_bucket_size;
+  if (config_.communication_data_type) context.comm_dtype = to_scalar_type(*config_.communication_data_type);
   context.overlap_comm = config_.zero.overlap_comm;
   context.prescale_gradients = config_.prescale_gradients;
   context.gradient_predivide_factor = config_.gradient_predivide_factor;
@@ -77,10 +79,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
   loss_sum_ = torch::zeros({}, master.options());
 
-  // Every rank starts from rank 0's weights, whatever each process initialised.
-  if (comm_->world_size() > 1) comm_->broadcast(flat_->params(), 0).wait();
-  if (!master.is_same(flat_->params())) master.copy_(flat_->params());
   last_log_time_ns_ = now_ns();
+  log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
+       std::to_string(comm_->world_size()) + " (" + comm_->backend() + "), " + to_string(config_.compute_dtype()) +
+       ": " + describe(memory()));
 }
 
 Engine::~Engine() = default;
@@ -96,12 +98,12 @@ void Engine::backward(const torch::Tensor& loss) {
     throw std::invalid_argument("Engine::backward: loss must be a scalar tensor, got " +
                                 (loss.defined() ? std::to_string(loss.numel()) + " elements" : std::string("undefined")));
   }
-  if (!flat_->grads_attached()) flat_->zero_grads();  // the user set .grad to None (module->zero_grad())
+  stage_->before_backward();
   loss_sum_ += loss.detach().to(torch::kFloat32).reshape({});
   // fp32 scaling: a 16-bit loss times 2^16 would itself overflow.
   const double factor = scaler_->scale() / static_cast<double>(config_.batch.grad_accum);
   (loss.to(torch::kFloat32) * factor).backward();
-  stage_->after_backward(is_gradient_accumulation_boundary());
+  stage_->after_backward();
 }
 
 bool Engine::step() {
@@ -127,8 +129,7 @@ void Engine::update(StepReport& report) {
 
   // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
   // global norm non-finite on every rank, so all ranks agree on the overflow.
-  auto shard_norm = stage_->grad_shard().norm();
-  auto packed = torch::stack({shard_norm * shard_norm, loss_sum_.to(shard_norm.scalar_type())}).to(torch::kFloat64);
+  auto packed = torch::stack({stage_->local_grad_sq_norm(), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
   const double scaled_norm = std::sqrt(packed[0].item<double>());
   report.loss = packed[1].item<double>() / (config_.batch.grad_accum * comm_->world_size());

@@ -1,4 +1,4 @@
-// FlatLayout: packing parameters into one buffer and splitting it into equal rank partitions.
+// FlatLayout: packing parameters into groups and sharding each group evenly over ranks.
 #include "dscpp/zero/flat_layout.h"
 
 #include <stdexcept>
@@ -10,30 +10,45 @@ int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1
 
 }  // namespace
 
-FlatLayout::FlatLayout(const std::vector<Param>& params, int world_size, int64_t alignment)
+FlatLayout::FlatLayout(const std::vector<Param>& params, int world_size, int64_t group_numel)
     : world_size_(world_size) {
   if (world_size < 1) throw std::invalid_argument("FlatLayout: world_size must be >= 1, got " + std::to_string(world_size));
-  if (alignment < 1) throw std::invalid_argument("FlatLayout: alignment must be >= 1, got " + std::to_string(alignment));
-  int64_t offset = 0;
+  if (group_numel < 1) throw std::invalid_argument("FlatLayout: group_numel must be >= 1, got " + std::to_string(group_numel));
   slots_.reserve(params.size());
-  for (const auto& p : params) {
+  ParamGroup open;  // the group being filled
+  int64_t open_used = 0;
+  auto close_group = [&](int end) {
+    open.param_end = end;
+    open.numel = round_up(std::max<int64_t>(open_used, 1), world_size);
+    open.shard_numel = open.numel / world_size;
+    open.partition_offset = padded_numel_ / world_size;
+    padded_numel_ += open.numel;
+    groups_.push_back(open);
+    open = ParamGroup{};
+    open.offset = padded_numel_;
+    open.param_begin = end;
+    open_used = 0;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
     int64_t numel = 1;
-    for (int64_t d : p.shape) numel *= d;
-    offset = round_up(offset, alignment);
-    slots_.push_back(ParamSlot{p.name, p.shape, offset, numel});
-    offset += numel;
+    for (int64_t d : params[i].shape) numel *= d;
+    if (open_used > 0 && open_used + numel > group_numel) close_group(static_cast<int>(i));
+    slots_.push_back(ParamSlot{params[i].name, params[i].shape, open.offset + open_used, numel,
+                               static_cast<int>(groups_.size())});
+    open_used += numel;
     numel_ += numel;
   }
-  padded_numel_ = round_up(std::max<int64_t>(offset, 1), alignment * world_size);
+  if (open_used > 0 || groups_.empty()) close_group(static_cast<int>(params.size()));
 }
 
-Range FlatLayout::partition(int rank) const {
-  if (rank < 0 || rank >= world_size_) {
-    throw std::out_of_range("FlatLayout::partition: rank " + std::to_string(rank) + " outside [0, " +
-                            std::to_string(world_size_) + ")");
+int64_t FlatLayout::shard_offset(int group, int rank) const {
+  if (group < 0 || group >= static_cast<int>(groups_.size()) || rank < 0 || rank >= world_size_) {
+    throw std::out_of_range("FlatLayout::shard_offset: group " + std::to_string(group) + " rank " +
+                            std::to_string(rank) + " outside " + std::to_string(groups_.size()) + " groups x " +
+                            std::to_string(world_size_) + " ranks");
   }
-  const int64_t size = partition_numel();
-  return Range{rank * size, (rank + 1) * size};
+  const auto& g = groups_[group];
+  return g.offset + rank * g.shard_numel;
 }
 
 }  // namespace dscpp

@@ -14,20 +14,14 @@ std::vector<FlatLayout::Param> describe(const std::vector<torch::Tensor>& params
   return out;
 }
 
-torch::Tensor slot_view(torch::Tensor& flat, const ParamSlot& slot) {
-  return flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
-}
-
 }  // namespace
 
 FlatParams::FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-                       torch::ScalarType dtype, int64_t alignment)
-    : layout_(describe(params, names), world_size, alignment), params_(std::move(params)) {
+                       torch::ScalarType dtype, int64_t group_numel)
+    : layout_(describe(params, names), world_size, group_numel), params_(std::move(params)) {
   if (params_.empty()) throw std::invalid_argument("FlatParams: the model has no trainable parameters");
   const auto device = params_.front().device();
-  const auto options = torch::TensorOptions().dtype(dtype).device(device);
-  params_flat_ = torch::zeros({layout_.padded_numel()}, options);
-  grads_flat_ = torch::zeros({layout_.padded_numel()}, options);
+  params_flat_ = torch::zeros({layout_.padded_numel()}, torch::TensorOptions().dtype(dtype).device(device));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
@@ -35,33 +29,36 @@ FlatParams::FlatParams(std::vector<torch::Tensor> params, const std::vector<std:
       throw std::invalid_argument("FlatParams: parameter '" + names[i] + "' is on " + p.device().str() +
                                   " but the first parameter is on " + device.str());
     }
-    auto view = slot_view(params_flat_, layout_.slots()[i]);
+    auto view = slot_view(params_flat_, i);
     view.copy_(p.detach());
     p.set_data(view);
   }
-  attach_grads();
 }
 
-void FlatParams::attach_grads() {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].mutable_grad() = slot_view(grads_flat_, layout_.slots()[i]);
-  }
+torch::Tensor FlatParams::slot_view(const torch::Tensor& flat, size_t i) const {
+  const auto& slot = layout_.slots()[i];
+  return flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
+}
+
+void FlatParams::attach_grad_buffer() {
+  if (!grads_flat_.defined()) grads_flat_ = torch::zeros_like(params_flat_);
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = slot_view(grads_flat_, i);
 }
 
 bool FlatParams::grads_attached() const {
+  if (!grads_flat_.defined()) return false;
+  const auto* base = static_cast<const char*>(grads_flat_.data_ptr());
   for (size_t i = 0; i < params_.size(); ++i) {
     const auto& g = params_[i].grad();
-    const auto& slot = layout_.slots()[i];
-    if (!g.defined() || g.data_ptr() != static_cast<char*>(grads_flat_.data_ptr()) + slot.offset * grads_flat_.element_size()) {
-      return false;
-    }
+    const auto* expected = base + layout_.slots()[i].offset * grads_flat_.element_size();
+    if (!g.defined() || g.data_ptr() != expected) return false;
   }
   return true;
 }
 
 void FlatParams::zero_grads() {
   grads_flat_.zero_();
-  attach_grads();
+  attach_grad_buffer();
 }
 
 }  // namespace dscpp

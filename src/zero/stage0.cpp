@@ -1,7 +1,6 @@
 // Stage 0: plain data parallel — full master weights and optimizer state on every rank, gradients all-reduced
-// in buckets of reduce_bucket_size at the accumulation boundary. In fp32 the master is the model's own flat buffer.
-#include <algorithm>
-
+// group by group at the accumulation boundary. In fp32 the model's own flat buffer is the master copy.
+#include "dscpp/compat/torch_compat.h"
 #include "dscpp/zero/zero_stage.h"
 
 namespace dscpp {
@@ -10,36 +9,47 @@ namespace {
 class Stage0 final : public ZeroStage {
  public:
   explicit Stage0(const StageContext& context) : ctx_(context), flat_(*context.flat) {
-    auto& params = flat_.params();
-    if (params.scalar_type() == torch::kFloat32) {
+    flat_.attach_grad_buffer();
+    if (flat_.dtype() == torch::kFloat32) {
       // fp32 training: the model's parameters are the master copy; no second buffer.
-      master_ = params;
+      master_ = flat_.params();
       master_grads_ = flat_.grads();
     } else {
-      master_ = params.to(torch::kFloat32);
+      master_ = flat_.params().to(torch::kFloat32);
       master_grads_ = torch::zeros_like(master_);
     }
   }
 
   int stage() const override { return 0; }
 
-  void after_backward(bool) override {}
+  void before_backward() override {
+    if (!flat_.grads_attached()) flat_.zero_grads();  // the user set .grad to None (module->zero_grad())
+  }
+  void after_backward() override {}
 
   void reduce_gradients() override {
     auto& grads = flat_.grads();
     const int world = ctx_.comm->world_size();
     const double pre = ctx_.prescale_gradients ? ctx_.gradient_predivide_factor : 1.0;
-    if (pre != 1.0) grads.div_(pre);
     if (world > 1) {
-      // Bucketed so a huge model does not need one giant collective; buckets are issued back to back and
-      // awaited together.
-      const int64_t bucket = std::max<int64_t>(1, ctx_.reduce_bucket_size);
+      const auto comm_dtype = ctx_.comm_dtype.value_or(grads.scalar_type());
       std::vector<Handle> pending;
-      for (int64_t begin = 0; begin < grads.numel(); begin += bucket) {
-        auto chunk = grads.narrow(0, begin, std::min(bucket, grads.numel() - begin));
-        pending.push_back(ctx_.comm->all_reduce(chunk, ReduceOp::kSum));
+      std::vector<torch::Tensor> wire;  // what travels: the group itself, or a copy in the communication dtype
+      for (const auto& g : flat_.layout().groups()) {
+        auto chunk = grads.narrow(0, g.offset, g.numel);
+        auto buffer = comm_dtype == chunk.scalar_type() ? chunk : chunk.to(comm_dtype);
+        if (pre != 1.0) buffer.div_(pre);
+        pending.push_back(ctx_.comm->all_reduce(buffer, ReduceOp::kSum));
+        wire.push_back(buffer);
       }
-      for (auto& h : pending) h.wait();
+      for (size_t i = 0; i < pending.size(); ++i) {
+        pending[i].wait();
+        const auto& g = flat_.layout().groups()[i];
+        auto chunk = grads.narrow(0, g.offset, g.numel);
+        if (wire[i].data_ptr() != chunk.data_ptr()) chunk.copy_(wire[i]);
+      }
+    } else if (pre != 1.0) {
+      grads.div_(pre);
     }
     if (!master_grads_.is_same(grads)) master_grads_.copy_(grads);
     const double post = pre / world;
@@ -49,10 +59,17 @@ class Stage0 final : public ZeroStage {
   torch::Tensor& master_params() override { return master_; }
   torch::Tensor& master_grads() override { return master_grads_; }
 
-  // Every rank holds the whole (identical) gradient; each counts only its layout partition toward the norm.
-  torch::Tensor grad_shard() override {
-    const auto range = flat_.layout().partition(ctx_.comm->rank());
-    return master_grads_.narrow(0, range.begin, range.size());
+  // Every rank holds the whole (identical) gradient; each counts only its own shard of each group.
+  torch::Tensor local_grad_sq_norm() override {
+    const auto& layout = flat_.layout();
+    auto total = torch::zeros({}, master_grads_.options().dtype(torch::kFloat64));
+    for (size_t g = 0; g < layout.groups().size(); ++g) {
+      const auto shard = master_grads_.narrow(0, layout.shard_offset(static_cast<int>(g), ctx_.comm->rank()),
+                                              layout.groups()[g].shard_numel);
+      auto norm = compat::l2_norm_fp64(shard);
+      total += norm * norm;
+    }
+    return total;
   }
 
   void publish_params() override {
@@ -63,11 +80,10 @@ class Stage0 final : public ZeroStage {
 
   StageMemory memory() const override {
     StageMemory m;
-    const FlatParams& flat = flat_;
-    m.params16 = flat.params().nbytes();
-    m.grads16 = flat.grads().nbytes();
-    m.master = master_.is_same(flat.params()) ? 0 : master_.nbytes();
-    m.master_grads = master_grads_.is_same(flat.grads()) ? 0 : master_grads_.nbytes();
+    m.params16 = flat_.params().nbytes();
+    m.grads16 = flat_.grads().nbytes();
+    m.master = master_.is_same(flat_.params()) ? 0 : master_.nbytes();
+    m.buffers = master_grads_.is_same(flat_.grads()) ? 0 : master_grads_.nbytes();
     return m;
   }
 

@@ -194,7 +194,7 @@ TEST(Engine, ReportsModelStateMemory) {
   EXPECT_EQ(mem.stage.grads16, 4 * n);
   EXPECT_EQ(mem.stage.master, 0);
   EXPECT_EQ(mem.optimizer_state, 8 * n);
-  EXPECT_EQ(mem.total(), 16 * n);
+  EXPECT_EQ(mem.model_states(), 16 * n);
 }
 
 }  // namespace

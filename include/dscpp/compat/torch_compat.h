@@ -2,9 +2,13 @@
 // GPU is lent. Everything else in the project calls these helpers instead of testing versions itself.
 #pragma once
 
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <functional>
+#include <memory>
 #include <string>
 
 #define DSCPP_TORCH_AT_LEAST(major, minor) \
@@ -21,8 +25,30 @@ inline std::string torch_version() {
 // 1.13's CPU kernels have no fp16 matmul; 2.x has. Tests and examples that need fp16 compute on CPU ask here.
 constexpr bool kCpuHalfMatmul = DSCPP_TORCH_AT_LEAST(2, 0);
 
-// Sets a parameter's gradient tensor. Both versions spell it mutable_grad(); kept here because 2.x warns about
-// non-leaf access patterns that 1.13 allows, and we want one place to adjust.
-inline void set_grad(torch::Tensor& param, const torch::Tensor& grad) { param.mutable_grad() = grad; }
+// ‖t‖₂ accumulated in fp64 (a 0-dim fp64 tensor) without a widened copy of `t`. A float-accumulated norm over
+// millions of elements drifts by ~1e-5 relative, enough to make clipping differ between stages and world sizes.
+inline torch::Tensor l2_norm_fp64(const torch::Tensor& t) {
+  return at::linalg_vector_norm(t, 2, c10::nullopt, /*keepdim=*/false, torch::kFloat64);
+}
+
+// Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()` (a post hook on the
+// parameter's AccumulateGrad node, the node DeepSpeed hooks too; 2.1+ also offers
+// register_post_accumulate_grad_hook, 1.13 does not). The returned node must be kept alive by the caller: the
+// parameter holds it only weakly, and a new node would not carry the hook.
+inline std::shared_ptr<torch::autograd::Node> add_post_accumulate_grad_hook(const torch::Tensor& param,
+                                                                            std::function<void()> fn) {
+  struct Hook final : torch::autograd::FunctionPostHook {
+    explicit Hook(std::function<void()> f) : f_(std::move(f)) {}
+    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                              const torch::autograd::variable_list&) override {
+      f_();
+      return outputs;
+    }
+    std::function<void()> f_;
+  };
+  auto node = torch::autograd::impl::grad_accumulator(param);
+  node->add_post_hook(std::make_unique<Hook>(std::move(fn)));
+  return node;
+}
 
 }  // namespace dscpp::compat

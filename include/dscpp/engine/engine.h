@@ -13,6 +13,7 @@
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
+#include "dscpp/engine/memory_report.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/schedule/lr_schedule.h"
@@ -22,7 +23,7 @@
 namespace dscpp {
 
 struct InitOptions {
-  std::shared_ptr<Comm> comm;                        // default: a single-process comm
+  std::shared_ptr<Comm> comm;                        // default: init_comm(DistEnv::from_env())
   std::optional<OptimizerConfig> client_optimizer;   // used when the config has no "optimizer" section
   std::function<void(const std::string&)> log;       // rank 0's log sink; default: stderr on rank 0
 };
@@ -35,15 +36,6 @@ struct StepReport {
   double loss_scale = 1.0;    // the scale this step's backward used
   double grad_norm = 0.0;     // global L2 norm of the unscaled gradients, before clipping
   bool skipped = false;       // overflow: parameters, optimizer state and schedule untouched
-};
-
-// Model-state bytes on this rank (SPEC §3.6).
-struct ModelStateMemory {
-  StageMemory stage;
-  int64_t optimizer_state = 0;
-  int64_t total() const {
-    return stage.params16 + stage.grads16 + stage.master + stage.master_grads + stage.buffers + optimizer_state;
-  }
 };
 
 class Engine {

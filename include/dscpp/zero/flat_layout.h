@@ -1,5 +1,8 @@
-// FlatLayout: where each parameter lives in one flat buffer, and how that buffer splits into equal rank partitions.
-// Pure arithmetic (no tensors), so every stage, the checkpoint writer and the memory planner agree on it.
+// FlatLayout: where each parameter lives in one flat buffer, and how that buffer is sharded over ranks.
+// Parameters are packed in order into groups of about `group_numel` elements (the communication buckets); each
+// group is padded to a multiple of world_size and split into world_size equal shards, and rank r owns shard r of
+// every group (FSDP-style per-group sharding). So every bucket reduce-scatters and all-gathers in equal chunks, and
+// rank r's partition is the concatenation of its shards. Pure arithmetic: stages, checkpoints and the planner agree.
 #pragma once
 
 #include <cstdint>
@@ -13,13 +16,16 @@ struct ParamSlot {
   std::vector<int64_t> shape;
   int64_t offset = 0;           // first element in the flat buffer
   int64_t numel = 0;
+  int group = 0;                // index into FlatLayout::groups()
 };
 
-// [begin, end) of rank `rank`'s partition of a buffer of `padded_numel` elements split `world_size` ways.
-struct Range {
-  int64_t begin = 0;
-  int64_t end = 0;
-  int64_t size() const { return end - begin; }
+struct ParamGroup {
+  int64_t offset = 0;           // first element in the flat buffer
+  int64_t numel = 0;            // padded: a multiple of world_size
+  int64_t shard_numel = 0;      // numel / world_size
+  int64_t partition_offset = 0; // where this group's shard starts inside each rank's partition
+  int param_begin = 0;          // slots [param_begin, param_end) belong to this group
+  int param_end = 0;
 };
 
 class FlatLayout {
@@ -29,19 +35,22 @@ class FlatLayout {
     std::vector<int64_t> shape;
   };
 
-  // Params are packed in order, each starting at a multiple of `alignment` elements; the total is padded to a
-  // multiple of world_size × alignment so every rank's partition has the same size and starts aligned.
-  FlatLayout(const std::vector<Param>& params, int world_size, int64_t alignment = 1);
+  // A parameter never straddles two groups; one larger than `group_numel` forms a group of its own.
+  FlatLayout(const std::vector<Param>& params, int world_size, int64_t group_numel);
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
+  const std::vector<ParamGroup>& groups() const { return groups_; }
   int world_size() const { return world_size_; }
   int64_t numel() const { return numel_; }                 // sum of parameter sizes, no padding
   int64_t padded_numel() const { return padded_numel_; }   // flat buffer size
   int64_t partition_numel() const { return padded_numel_ / world_size_; }
-  Range partition(int rank) const;
+
+  // First element of rank `rank`'s shard of group `group`, in the flat buffer.
+  int64_t shard_offset(int group, int rank) const;
 
  private:
   std::vector<ParamSlot> slots_;
+  std::vector<ParamGroup> groups_;
   int world_size_;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;

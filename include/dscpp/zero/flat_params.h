@@ -1,6 +1,6 @@
-// FlatParams: the model's parameters and gradients moved into two flat buffers of the compute dtype.
-// Each parameter becomes a view into the param buffer and gets a gradient view into the grad buffer, so autograd
-// accumulates straight into contiguous memory that the stages reduce and the optimizer reads without copies.
+// FlatParams: the model's parameters moved into one flat buffer of the compute dtype (each parameter becomes a
+// view into it), and optionally a flat gradient buffer that autograd accumulates into directly. Stages that keep
+// whole gradients (0, 1) attach the gradient buffer; stage 2 does not, and takes gradients from hooks instead.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,28 +14,36 @@ namespace dscpp {
 
 class FlatParams {
  public:
-  // `params[i]` is named `names[i]`; their current values are copied in. `params` keep their identity (same
-  // torch::Tensor objects the model holds), only their storage moves.
+  // `params[i]` is named `names[i]`; their current values are copied in. `params` keep their identity (the same
+  // tensors the model holds); only their storage moves. `group_numel` sizes the communication groups.
   FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-             torch::ScalarType dtype, int64_t alignment = 1);
+             torch::ScalarType dtype, int64_t group_numel);
 
   const FlatLayout& layout() const { return layout_; }
   torch::ScalarType dtype() const { return params_flat_.scalar_type(); }
+  const std::vector<torch::Tensor>& param_tensors() const { return params_; }
+
   torch::Tensor& params() { return params_flat_; }  // (padded_numel) compute dtype
-  torch::Tensor& grads() { return grads_flat_; }    // (padded_numel) compute dtype
   const torch::Tensor& params() const { return params_flat_; }
+
+  // The whole-model gradient buffer: allocated by attach_grad_buffer(), undefined before.
+  torch::Tensor& grads() { return grads_flat_; }    // (padded_numel) compute dtype
   const torch::Tensor& grads() const { return grads_flat_; }
 
-  // Zeroes the gradient buffer and re-attaches every parameter's .grad view (a user's
-  // module->zero_grad() sets them to undefined, which would otherwise detach them from the buffer).
+  // Allocates the gradient buffer and points every parameter's .grad at its slice.
+  void attach_grad_buffer();
+
+  // Zeroes the gradient buffer and re-attaches the .grad views (a user's module->zero_grad() sets them to
+  // undefined, which would otherwise detach them from the buffer).
   void zero_grads();
 
-  // True when every parameter's .grad still aliases the buffer (checked before reducing).
+  // True when every parameter's .grad still aliases the buffer.
   bool grads_attached() const;
 
- private:
-  void attach_grads();
+  // The slice of `flat` (any tensor shaped like the buffer) that holds slot `i`, shaped like the parameter.
+  torch::Tensor slot_view(const torch::Tensor& flat, size_t i) const;
 
+ private:
   FlatLayout layout_;
   std::vector<torch::Tensor> params_;
   torch::Tensor params_flat_;

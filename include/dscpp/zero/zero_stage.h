@@ -1,13 +1,14 @@
 // ZeroStage: the strategy that decides what each rank stores and how gradients and parameters move (SPEC §3.6).
 // Chosen once at initialize; the engine calls the same methods whatever the stage, in the order of one step:
-//   after_backward (each micro-step) → reduce_gradients (boundary) → [engine: overflow, clip, optimizer on the
-//   master partition] → publish_params → zero_grads.
+//   before_backward → (autograd) → after_backward, each micro-step; at the boundary reduce_gradients →
+//   [engine: agreed norm/overflow, unscale + clip, optimizer on master_params()] → publish_params → zero_grads.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dscpp/comm/comm.h"
@@ -17,11 +18,10 @@ namespace dscpp {
 
 // Model-state bytes this rank holds, by kind (SPEC §3.6 accounting; optimizer state is added by the engine).
 struct StageMemory {
-  int64_t params16 = 0;      // compute-dtype parameters (0 extra when they are the fp32 master)
-  int64_t grads16 = 0;       // compute-dtype gradients
-  int64_t master = 0;        // fp32 master partition
-  int64_t master_grads = 0;  // fp32 gradient partition handed to the optimizer (0 when it aliases grads16)
-  int64_t buffers = 0;       // communication buckets
+  int64_t params16 = 0;      // compute-dtype parameters (whole model, stages 0-2)
+  int64_t grads16 = 0;       // compute-dtype gradients kept between micro-steps (whole model for 0-1, none for 2)
+  int64_t master = 0;        // fp32 master weights on this rank (0 when they are the fp32 params themselves)
+  int64_t buffers = 0;       // fp32 gradient partition for the optimizer and communication buckets
 };
 
 class ZeroStage {
@@ -30,20 +30,21 @@ class ZeroStage {
 
   virtual int stage() const = 0;
 
-  // Called after every micro-step's backward. Stages that reduce during backward flush pending buckets here.
-  virtual void after_backward(bool boundary) = 0;
+  // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
+  // after_backward; the others only keep their gradient buffer attached.
+  virtual void before_backward() = 0;
+  virtual void after_backward() = 0;
 
-  // At the accumulation boundary: leave this rank's fp32 gradient partition, averaged over ranks (still
-  // multiplied by the loss scale), in master_grads().
+  // At the accumulation boundary: leave this rank's fp32 gradient partition, summed over micro-steps, averaged
+  // over ranks and still multiplied by the loss scale, in master_grads().
   virtual void reduce_gradients() = 0;
 
   // This rank's fp32 master partition and its gradient: what the optimizer updates. 1-D, same size.
   virtual torch::Tensor& master_params() = 0;
   virtual torch::Tensor& master_grads() = 0;
 
-  // The part of master_grads() this rank accounts for in global reductions (gradient norm, overflow): disjoint
-  // across ranks and together covering every parameter once.
-  virtual torch::Tensor grad_shard() = 0;
+  // This rank's share of ‖g‖² (a 0-dim fp64 tensor): shares are disjoint across ranks and sum to the whole.
+  virtual torch::Tensor local_grad_sq_norm() = 0;
 
   // After the optimizer: bring every rank's compute-dtype parameters up to date from the master partitions.
   virtual void publish_params() = 0;
@@ -56,15 +57,19 @@ class ZeroStage {
 // What every stage is built from.
 struct StageContext {
   std::shared_ptr<Comm> comm;
-  FlatParams* flat = nullptr;    // owned by the engine; outlives the stage
-  int64_t reduce_bucket_size = 500'000'000;     // elements
-  int64_t allgather_bucket_size = 500'000'000;  // elements
-  bool overlap_comm = false;
-  bool prescale_gradients = false;
+  FlatParams* flat = nullptr;                   // owned by the engine; outlives the stage
+  std::optional<torch::ScalarType> comm_dtype;  // "communication_data_type"; nullopt = the compute dtype
+  bool overlap_comm = false;                    // stage 2: reduce buckets while backward runs
+  bool prescale_gradients = false;              // divide by gradient_predivide_factor before reducing
   double gradient_predivide_factor = 1.0;
 };
 
-// Stage 0: plain data parallel. Every rank holds everything; gradients are all-reduced at the boundary.
+// Stage 0: plain data parallel. Every rank holds everything; gradients are all-reduced bucket by bucket at the
+// boundary.
 std::unique_ptr<ZeroStage> make_stage0(const StageContext& context);
+// Stage 1: fp32 master and optimizer state sharded; gradients reduce-scattered at the boundary.
+std::unique_ptr<ZeroStage> make_stage1(const StageContext& context);
+// Stage 2: gradients sharded too; each bucket is reduce-scattered as soon as backward has produced it.
+std::unique_ptr<ZeroStage> make_stage2(const StageContext& context);
 
 }  // namespace dscpp

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench/scaling: gpt-train `small` with ZeRO-2, one process vs two (one per core, OMP_NUM_THREADS=1), the same
+# micro-batch per process (a compute-bound batch), under `dscpp launch`. Prints each run's median tokens/s and the
+# ratio two/one (target >= 1.8). Usage: bench/scaling/run.sh [build-dir] [steps]
+set -euo pipefail
+BUILD=${1:-build}
+STEPS=${2:-20}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT
+cat >"$OUT/zero2.json" <<'JSON'
+{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "steps_per_print": 1000,
+ "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 5e5},
+ "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}
+JSON
+
+median_tps() {  # median tokens_per_s over the steps after the first 3 (warm-up)
+  tail -n +4 "$1" | sed -E 's/.*"tokens_per_s":([0-9.e+-]+).*/\1/' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+
+for n in 1 2; do
+  OMP_NUM_THREADS=1 "$BUILD/dscpp" launch --num_gpus "$n" --master_port $((29600 + n)) \
+    "$BUILD/gpt-train" --no_progress --model small --seq_len 128 --steps "$STEPS" \
+    --deepspeed_config "$OUT/zero2.json" --metrics "$OUT/run$n.jsonl" 2>"$OUT/log$n.txt" \
+    || { cat "$OUT/log$n.txt"; exit 1; }
+done
+one=$(median_tps "$OUT/run1.jsonl")
+two=$(median_tps "$OUT/run2.jsonl")
+echo "scaling: gpt-train small, ZeRO-2, micro-batch 8 x seq 128 per process, OMP_NUM_THREADS=1, $STEPS steps"
+echo "  1 process : $one tokens/s"
+echo "  2 processes: $two tokens/s"
+awk -v a="$one" -v b="$two" 'BEGIN { printf "  ratio 2/1: %.3f (target >= 1.8)\n", b / a }'

@@ -1,0 +1,51 @@
+// ShardedMaster: this rank's partitions for the sharded stages (1, 2) — the fp32 master weights, the gradient
+// shard accumulated over micro-steps (in the communication dtype, as DeepSpeed keeps it: 2Ψ/N bytes for 16-bit
+// training), and the fp32 copy of that shard the optimizer reads, alive only from the boundary to zero_grads().
+// Also the two collectives that connect them to the whole-model buffers: reduce-scatter of a group's gradients
+// into the shard, and all-gather of the updated master back into every rank's compute-dtype parameters.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "dscpp/zero/zero_stage.h"
+
+namespace dscpp {
+
+class ShardedMaster {
+ public:
+  // Copies this rank's shards of the current parameters into a new fp32 master partition.
+  explicit ShardedMaster(const StageContext& context);
+
+  torch::Tensor& params() { return master_; }  // (partition_numel) fp32
+
+  // Starts reducing group `group`'s gradients (`group_grads`: the group's g.numel elements, compute dtype) over all
+  // ranks. The returned Handle's wait() adds this rank's rank-averaged share into the gradient shard.
+  Handle reduce_group(int group, const torch::Tensor& group_grads);
+
+  // At the boundary: the fp32 gradient partition for the optimizer (the shard itself when it is fp32).
+  torch::Tensor& prepare_master_grads();
+  torch::Tensor& master_grads() { return master_grads_; }
+
+  // Zeroes the shard and releases the fp32 copy.
+  void zero_grads();
+
+  // All-gathers every group's updated master shard into the compute-dtype parameters on every rank.
+  void publish();
+
+  torch::Tensor local_grad_sq_norm() const;
+  int64_t master_bytes() const { return master_.nbytes(); }
+  int64_t shard_bytes() const { return grad_shard_.nbytes(); }
+  // The fp32 gradient partition while it exists (boundary to zero_grads), 0 when it is the shard itself.
+  int64_t master_grad_bytes() const;
+
+ private:
+  StageContext ctx_;
+  FlatParams& flat_;
+  torch::Tensor master_;        // (partition_numel) fp32: rank r's shard of every group, in group order
+  torch::Tensor grad_shard_;    // (partition_numel) communication dtype: reduced gradients, summed over micro-steps
+  torch::Tensor master_grads_;  // (partition_numel) fp32: grad_shard_ widened for the optimizer
+};
+
+}  // namespace dscpp

@@ -1,0 +1,71 @@
+// ShardedMaster: the partitions of the sharded stages and their two collectives.
+#include "dscpp/zero/sharded_master.h"
+
+#include "dscpp/compat/torch_compat.h"
+
+namespace dscpp {
+
+ShardedMaster::ShardedMaster(const StageContext& context) : ctx_(context), flat_(*context.flat) {
+  const auto& layout = flat_.layout();
+  const int rank = ctx_.comm->rank();
+  master_ = torch::empty({layout.partition_numel()}, flat_.params().options().dtype(torch::kFloat32));
+  grad_shard_ = torch::zeros({layout.partition_numel()},
+                             flat_.params().options().dtype(ctx_.comm_dtype.value_or(flat_.dtype())));
+  const auto& groups = layout.groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    master_.narrow(0, groups[g].partition_offset, groups[g].shard_numel)
+        .copy_(flat_.params().narrow(0, layout.shard_offset(static_cast<int>(g), rank), groups[g].shard_numel));
+  }
+}
+
+Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) {
+  const auto& g = flat_.layout().groups()[group];
+  // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe.
+  auto input = group_grads.scalar_type() == grad_shard_.scalar_type() ? group_grads
+                                                                       : group_grads.to(grad_shard_.scalar_type());
+  const double pre = ctx_.prescale_gradients ? ctx_.gradient_predivide_factor : 1.0;
+  if (pre != 1.0) input.div_(pre);
+  auto shard = torch::empty({g.shard_numel}, input.options());
+  Handle pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
+  const double post = pre / ctx_.comm->world_size();
+  auto target = grad_shard_.narrow(0, g.partition_offset, g.shard_numel);
+  return Handle([pending, shard, input, target, post]() mutable {
+    pending.wait();
+    target.add_(shard, post);  // summed over micro-steps
+  });
+}
+
+torch::Tensor& ShardedMaster::prepare_master_grads() {
+  master_grads_ = grad_shard_.scalar_type() == torch::kFloat32 ? grad_shard_ : grad_shard_.to(torch::kFloat32);
+  return master_grads_;
+}
+
+void ShardedMaster::zero_grads() {
+  grad_shard_.zero_();
+  master_grads_ = torch::Tensor();
+}
+
+int64_t ShardedMaster::master_grad_bytes() const {
+  return master_grads_.defined() && !master_grads_.is_same(grad_shard_) ? master_grads_.nbytes() : 0;
+}
+
+void ShardedMaster::publish() {
+  const auto& groups = flat_.layout().groups();
+  std::vector<Handle> pending;
+  std::vector<torch::Tensor> inputs;  // kept alive until every all-gather finished
+  pending.reserve(groups.size());
+  for (const auto& g : groups) {
+    auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat_.dtype());
+    auto output = flat_.params().narrow(0, g.offset, g.numel);
+    pending.push_back(ctx_.comm->all_gather(output, input));
+    inputs.push_back(std::move(input));
+  }
+  for (auto& h : pending) h.wait();
+}
+
+torch::Tensor ShardedMaster::local_grad_sq_norm() const {
+  auto norm = compat::l2_norm_fp64(master_grads_);
+  return norm * norm;
+}
+
+}  // namespace dscpp

@@ -1,0 +1,148 @@
+// Every ZeRO stage on k real processes against stage 0 on one (SPEC §7): `gpt-train tiny` with the same global
+// batch must give the same per-step loss (fp32: relative 1e-5 over 20 steps; bf16: 1e-2), and each rank's
+// model-state bytes must match SPEC §3.6 within 2%.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "../common/multiprocess.h"
+#include "dscpp/zero/memory_estimate.h"
+#include "model/gpt_config.h"
+
+namespace dscpp::testing {
+namespace {
+
+struct ZeroRun {
+  int stage = 0;
+  int world = 1;
+  int grad_accum = 1;
+  bool bf16 = false;
+  int steps = 20;
+  int global_batch = 16;  // 12 for world 3: the batch must split evenly
+  std::string name() const {
+    return "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" + std::to_string(grad_accum) +
+           (bf16 ? "_bf16" : "_fp32");
+  }
+};
+
+std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
+  const nlohmann::json config = {
+      {"train_batch_size", run.global_batch},
+      {"gradient_accumulation_steps", run.grad_accum},
+      {"steps_per_print", 1000},
+      {"gradient_clipping", 1.0},
+      {"bf16", {{"enabled", run.bf16}}},
+      // Small buckets so the tiny model spans many groups, with padding in several of them.
+      {"zero_optimization", {{"stage", run.stage}, {"reduce_bucket_size", 30011}, {"overlap_comm", true}}},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"weight_decay", 0.1}}}}}};
+  const auto path = dir / (run.name() + ".json");
+  std::ofstream(path) << config.dump();
+  return path.string();
+}
+
+// Per-step metrics of rank 0.
+std::vector<nlohmann::json> train(const ZeroRun& run) {
+  const auto dir = temp_dir("zero_" + run.name());
+  const auto metrics = dir / "metrics.jsonl";
+  const std::string command = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
+                              " --data_order sequential --steps " + std::to_string(run.steps) +
+                              " --deepspeed_config " + write_config(dir, run) + " --metrics " + metrics.string();
+  const auto ranks = run_ranks(run.world, command, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=3");
+  for (int r = 0; r < run.world; ++r) {
+    EXPECT_EQ(ranks[r].code, 0) << run.name() << " rank " << r << ":\n" << ranks[r].err;
+  }
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(read_text(metrics));
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+// Stage 0 on one process with the same global batch, computed once per (precision, batch).
+const std::vector<nlohmann::json>& reference(const ZeroRun& run) {
+  static std::map<std::pair<bool, int>, std::vector<nlohmann::json>> cache;
+  const auto key = std::make_pair(run.bf16, run.global_batch);
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    ZeroRun ref;
+    ref.bf16 = run.bf16;
+    ref.global_batch = run.global_batch;
+    it = cache.emplace(key, train(ref)).first;
+  }
+  return it->second;
+}
+
+class ZeroEquivalence : public ::testing::TestWithParam<ZeroRun> {};
+
+TEST_P(ZeroEquivalence, LossTrajectoryMatchesStage0OnOneProcess) {
+  const ZeroRun run = GetParam();
+  const auto& expected = reference(run);
+  const auto actual = train(run);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(run.steps));
+  ASSERT_EQ(actual.size(), expected.size()) << run.name();
+  const double tolerance = run.bf16 ? 1e-2 : 1e-5;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    const double want = expected[i]["loss"].get<double>(), got = actual[i]["loss"].get<double>();
+    EXPECT_LE(std::abs(got - want) / std::abs(want), tolerance)
+        << run.name() << " step " << i + 1 << ": loss " << got << " vs stage 0 on one process " << want;
+  }
+  // The run learned something: the comparison is not between two flat lines.
+  EXPECT_LT(actual.back()["loss"].get<double>(), actual.front()["loss"].get<double>() - 0.5);
+}
+
+std::vector<ZeroRun> equivalence_runs() {
+#ifdef DSCPP_LONG_SWEEP
+  std::vector<ZeroRun> runs;
+  for (int stage : {0, 1, 2})
+    for (int world : {1, 2, 4})
+      for (int gas : {1, 4}) runs.push_back({stage, world, gas, false});
+  for (int stage : {1, 2}) runs.push_back({stage, 4, 2, true});
+  for (int stage : {0, 1, 2}) runs.push_back({stage, 3, 2, false, 20, 12});
+  return runs;
+#else
+  return {{0, 2, 1, false}, {1, 2, 1, false}, {2, 2, 1, false}, {2, 2, 4, false},
+          {1, 3, 1, false, 20, 12}, {2, 3, 2, false, 20, 12}, {2, 1, 2, false}, {2, 2, 2, true}};
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(equivalence_runs()),
+                         [](const auto& info) { return info.param.name(); });
+
+// bf16 + Adam is SPEC §3.6's setting: 16-bit params and grads, fp32 master and Adam state.
+class ZeroMemory : public ::testing::TestWithParam<ZeroRun> {};
+
+TEST_P(ZeroMemory, ModelStateBytesMatchTheFormula) {
+  const ZeroRun run = GetParam();
+  const auto rows = train(run);
+  ASSERT_FALSE(rows.empty());
+  const auto& measured = rows.front()["memory"];
+  const int64_t psi = gpt::GptConfig::preset("tiny", 256).num_params();
+  const auto expected = model_state_bytes(run.stage, psi, run.world, OffloadDevice::kNone, DType::kBFloat16);
+  const auto within = [](int64_t got, int64_t want) { return std::abs(double(got - want)) <= 0.02 * double(want); };
+  EXPECT_TRUE(within(measured["params"], expected.params)) << measured << " vs params " << expected.params;
+  EXPECT_TRUE(within(measured["grads"], expected.grads)) << measured << " vs grads " << expected.grads;
+  EXPECT_TRUE(within(measured["master"], expected.master32)) << measured << " vs master " << expected.master32;
+  EXPECT_TRUE(within(measured["optimizer_state"], expected.optimizer_state))
+      << measured << " vs optimizer " << expected.optimizer_state;
+  EXPECT_TRUE(within(measured["model_states"], expected.total)) << measured << " vs total " << expected.total;
+}
+
+std::vector<ZeroRun> memory_runs() {
+  std::vector<ZeroRun> runs;
+#ifdef DSCPP_LONG_SWEEP
+  const std::vector<int> worlds = {1, 2, 4};
+#else
+  const std::vector<int> worlds = {2};
+#endif
+  for (int stage : {0, 1, 2})
+    for (int world : worlds) runs.push_back({stage, world, 1, true, 1});
+  return runs;
+}
+
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroMemory, ::testing::ValuesIn(memory_runs()),
+                         [](const auto& info) { return info.param.name(); });
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -103,9 +103,9 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
 }
 
 int run(const Args& a) {
-  // Under `dscpp launch` (or torchrun/srun/mpirun) this joins the job; alone it is a single process.
-  auto comm = dscpp::init_comm(dscpp::DistEnv::from_env());
-  const int rank = comm->rank(), world = comm->world_size();
+  // Under `dscpp launch` (or torchrun/srun/mpirun) the engine joins the job; alone it is a single process.
+  const auto env = dscpp::DistEnv::from_env();
+  const int rank = env.rank, world = env.world_size;
 
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));
@@ -124,7 +124,6 @@ int run(const Args& a) {
   torch::manual_seed(a.seed);
   auto model = gpt::Gpt(model_cfg);
   dscpp::InitOptions init;
-  init.comm = comm;
   gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
   init.log = [&](const std::string& line) {
     if (rank != 0) return;

@@ -91,13 +91,15 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   JsonReader aio = root.section("aio");
   config.aio = parse_aio(aio);
   parse_misc_sections(root, config);
-  // Top-level DeepSpeed keys for features outside this engine: accepted, and rejected by the engine if enabled.
-  root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "amp", "sparse_gradients",
-               "dump_state", "disable_allgather", "data_types", "elasticity", "pipeline", "compression_training",
-               "data_efficiency", "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue",
-               "progressive_layer_drop", "quantize_training", "dataloader_drop_last", "hybrid_engine", "compile",
-               "timers", "weight_quantization", "seq_parallel_communication_data_type", "tensor_parallel",
+  // Top-level DeepSpeed keys that change nothing here (tuning knobs and switches of other engines): accepted.
+  root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dump_state", "disable_allgather",
+               "data_types", "pipeline", "dataloader_drop_last", "timers", "seq_parallel_communication_data_type",
                "use_data_before_expert_parallelism", "graph_harvesting", "checkpoint_parallel_write_pipeline"});
+  // DeepSpeed features this engine does not have: fine while off, an error when switched on.
+  root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "compression_training", "data_efficiency",
+                           "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue",
+                           "progressive_layer_drop", "quantize_training", "hybrid_engine", "compile",
+                           "weight_quantization", "tensor_parallel"});
   root.finish();
   check_no_auto_left(doc);
   config.resolved = std::move(doc);

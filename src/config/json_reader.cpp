@@ -193,6 +193,20 @@ void JsonReader::accept(const std::vector<std::string>& keys) {
   }
 }
 
+void JsonReader::accept_if_disabled(const std::vector<std::string>& keys) {
+  accept(keys);
+  for (const auto& key : keys) {
+    const nlohmann::json* value = lookup(key);
+    if (value == nullptr) continue;
+    const bool on = (value->is_boolean() && value->get<bool>()) ||
+                    (value->is_object() && value->contains("enabled") && (*value)["enabled"] == true);
+    if (on) {
+      throw ConfigError(path_of(key) + ": this DeepSpeed feature is not supported yet by deepspeed.cpp; remove the key "
+                                       "or disable it");
+    }
+  }
+}
+
 void JsonReader::finish() {
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;

@@ -18,7 +18,7 @@ void parse_precision(JsonReader& root, Config& config) {
   s.min_scale = fp16.get_number("min_loss_scale", 1.0);
   fp16.require(s.min_scale > 0, "min_loss_scale", "a number > 0");
   // Accepted DeepSpeed keys we do not act on (the engine keeps fp32 master weights regardless).
-  fp16.accept({"fp16_master_weights_and_grads"});
+  fp16.accept_if_disabled({"fp16_master_weights_and_grads"});
   fp16.finish();
 
   // "bfloat16" was folded into "bf16" before parsing (Config::from_json).

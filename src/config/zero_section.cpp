@@ -84,15 +84,15 @@ ZeroConfig parse_zero(JsonReader& z) {
                       "\" needs zero_optimization.stage 3 (got stage " + std::to_string(c.stage) +
                       "): parameter offload partitions the parameters; use offload_optimizer below stage 3");
   }
-  // DeepSpeed keys we accept without acting on them (the engine rejects the features it does not have).
-  // ("cpu_offload" was mapped onto offload_optimizer before parsing.)
+  // DeepSpeed keys that change nothing here: accepted. ("cpu_offload" was mapped onto offload_optimizer.)
   z.accept({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory", "load_from_fp32_weights",
             "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "zero_hpz_partition_size",
-            "zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients",
             "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
             "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
             "stage3_use_all_reduce_for_fetch_params", "stage3_module_granularity_threshold",
             "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+  // ZeRO++ quantized communication: not built.
+  z.accept_if_disabled({"zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients"});
   z.finish();
   return c;
 }

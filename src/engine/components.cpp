@@ -20,6 +20,17 @@ void check_supported(const Config& config) {
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.flops_profiler.enabled) reject("flops_profiler.enabled", "the flops profiler");
   if (config.comms_logger.enabled) reject("comms_logger.enabled", "the comms logger");
+  if (config.wall_clock_breakdown) reject("wall_clock_breakdown", "true");
+  if (config.memory_breakdown) reject("memory_breakdown", "true");
+  if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
+  if (config.checkpoint.load_universal) reject("checkpoint.load_universal", "true");
+  const auto& ac = config.activation_checkpointing;
+  if (ac.partition_activations) reject("activation_checkpointing.partition_activations", "true");
+  if (ac.cpu_checkpointing) reject("activation_checkpointing.cpu_checkpointing", "true");
+  if (ac.contiguous_memory_optimization) reject("activation_checkpointing.contiguous_memory_optimization", "true");
+  if (ac.number_checkpoints) reject("activation_checkpointing.number_checkpoints", "a value");
+  if (ac.synchronize_checkpoint_boundary) reject("activation_checkpointing.synchronize_checkpoint_boundary", "true");
+  if (ac.profile) reject("activation_checkpointing.profile", "true");
 }
 
 torch::ScalarType to_scalar_type(DType dtype) {
@@ -34,7 +45,7 @@ torch::ScalarType to_scalar_type(DType dtype) {
 std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function<void(const std::string&)> log) {
   if (!config.fp16.enabled) return make_unit_scaler();
   const auto& options = config.fp16.scaler;
-  if (options.static_scale > 0) return make_static_scaler(options.static_scale);
+  if (options.static_scale > 0) return make_static_scaler(options.static_scale, std::move(log));
   return make_dynamic_scaler(options, std::move(log));
 }
 
@@ -46,6 +57,16 @@ std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageCo
     default: reject("zero_optimization.stage", "stage " + std::to_string(zero.stage));
   }
   return nullptr;
+}
+
+void set_gradient_averaging(const Config& config, int world_size, StageContext& context) {
+  if (config.prescale_gradients) {
+    context.grad_pre_divide = world_size;
+    context.grad_post_scale = 1.0;
+  } else {
+    context.grad_pre_divide = config.gradient_predivide_factor;
+    context.grad_post_scale = config.gradient_predivide_factor / world_size;
+  }
 }
 
 }  // namespace dscpp

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "dscpp/engine/components.h"
@@ -13,17 +14,46 @@
 namespace dscpp {
 namespace {
 
+void check_batch(const Config& config, int world_size) {
+  const auto& b = config.batch;
+  if (b.train_batch_size != b.micro_batch * b.grad_accum * world_size) {
+    throw ConfigError("train_batch_size " + std::to_string(b.train_batch_size) + " != micro " +
+                      std::to_string(b.micro_batch) + " × grad_accum " + std::to_string(b.grad_accum) +
+                      " × world_size " + std::to_string(world_size) +
+                      ": the config was resolved for another world size");
+  }
+}
+
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 
-// The trainable parameters in registration order, with their dotted names.
+// The trainable parameters in registration order, with their dotted names. A parameter registered under two names
+// (tied weights) is taken once: LibTorch's named_parameters(), unlike Python's, does not remove duplicates.
 void collect_params(torch::nn::Module& model, std::vector<torch::Tensor>& params, std::vector<std::string>& names) {
+  std::set<const c10::TensorImpl*> seen;
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad()) continue;
+    if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
     names.push_back(item.key());
     params.push_back(item.value());
+  }
+}
+
+// Makes frozen parameters and buffers (running statistics, masks) rank 0's on every rank, as DeepSpeed does; the
+// trainable parameters go through the flat buffer.
+void broadcast_rest(torch::nn::Module& model, Comm& comm) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> tensors;
+  for (const auto& p : model.parameters()) {
+    if (!p.requires_grad()) tensors.push_back(p);
+  }
+  for (const auto& b : model.buffers()) tensors.push_back(b);
+  for (auto& t : tensors) {
+    if (!t.defined() || t.numel() == 0) continue;
+    auto contiguous = t.contiguous();
+    comm.broadcast(contiguous, 0).wait();
+    if (!contiguous.is_same(t)) t.copy_(contiguous);
   }
 }
 
@@ -32,18 +62,6 @@ void collect_params(torch::nn::Module& model, std::vector<torch::Tensor>& params
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
     : config_(std::move(config)), model_(std::move(model)), comm_(std::move(options.comm)), log_(std::move(options.log)) {
   if (!model_) throw std::invalid_argument("dscpp::initialize: model is null");
-  if (!comm_) comm_ = init_comm(DistEnv::from_env());
-  if (!log_) {
-    log_ = [rank = comm_->rank()](const std::string& line) {
-      if (rank == 0) std::cerr << line << std::endl;
-    };
-  }
-  if (config_.batch.train_batch_size != config_.batch.micro_batch * config_.batch.grad_accum * comm_->world_size()) {
-    throw ConfigError("train_batch_size " + std::to_string(config_.batch.train_batch_size) + " != micro " +
-                      std::to_string(config_.batch.micro_batch) + " × grad_accum " +
-                      std::to_string(config_.batch.grad_accum) + " × world_size " +
-                      std::to_string(comm_->world_size()) + ": the config was resolved for another world size");
-  }
   check_supported(config_);
   const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
   if (!optimizer_config) {
@@ -57,18 +75,29 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
+  if (!comm_) {
+    // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
+    const bool cuda = !params.empty() && params.front().is_cuda();
+    comm_ = init_comm(DistEnv::from_env(), cuda ? CommBackend::kNccl : CommBackend::kGloo);
+  }
+  if (!log_) {
+    log_ = [rank = comm_->rank()](const std::string& line) {
+      if (rank == 0) std::cerr << line << std::endl;
+    };
+  }
+  check_batch(config_, comm_->world_size());
   // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
   flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype, config_.zero.reduce_bucket_size);
   // Every rank starts from rank 0's weights, whatever each process initialised; the stage copies its master from them.
   comm_->broadcast(flat_->params(), 0).wait();
+  broadcast_rest(*model_, *comm_);
 
   StageContext context;
   context.comm = comm_;
   context.flat = flat_.get();
   if (config_.communication_data_type) context.comm_dtype = to_scalar_type(*config_.communication_data_type);
   context.overlap_comm = config_.zero.overlap_comm;
-  context.prescale_gradients = config_.prescale_gradients;
-  context.gradient_predivide_factor = config_.gradient_predivide_factor;
+  set_gradient_averaging(config_, comm_->world_size(), context);
   stage_ = make_zero_stage(config_.zero, context);
 
   auto& master = stage_->master_params();

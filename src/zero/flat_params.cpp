@@ -56,6 +56,18 @@ bool FlatParams::grads_attached() const {
   return true;
 }
 
+void FlatParams::keep_grads_attached() {
+  if (!grads_attached()) zero_grads();
+}
+
+void FlatParams::check_grads_attached() const {
+  if (!grads_attached()) {
+    throw std::runtime_error(
+        "a parameter's .grad no longer aliases the engine's gradient buffer after backward (was backward run with "
+        "create_graph=true, or .grad replaced by a hook?); the engine needs gradients accumulated in place");
+  }
+}
+
 void FlatParams::zero_grads() {
   grads_flat_.zero_();
   attach_grad_buffer();

@@ -2,6 +2,7 @@
 #include "dscpp/zero/sharded_master.h"
 
 #include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/in_flight.h"
 
 namespace dscpp {
 
@@ -23,11 +24,10 @@ Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) 
   // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe.
   auto input = group_grads.scalar_type() == grad_shard_.scalar_type() ? group_grads
                                                                        : group_grads.to(grad_shard_.scalar_type());
-  const double pre = ctx_.prescale_gradients ? ctx_.gradient_predivide_factor : 1.0;
-  if (pre != 1.0) input.div_(pre);
+  if (ctx_.grad_pre_divide != 1.0) input.div_(ctx_.grad_pre_divide);
   auto shard = torch::empty({g.shard_numel}, input.options());
   Handle pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
-  const double post = pre / ctx_.comm->world_size();
+  const double post = ctx_.grad_post_scale;
   auto target = grad_shard_.narrow(0, g.partition_offset, g.shard_numel);
   return Handle([pending, shard, input, target, post]() mutable {
     pending.wait();
@@ -50,17 +50,13 @@ int64_t ShardedMaster::master_grad_bytes() const {
 }
 
 void ShardedMaster::publish() {
-  const auto& groups = flat_.layout().groups();
-  std::vector<Handle> pending;
-  std::vector<torch::Tensor> inputs;  // kept alive until every all-gather finished
-  pending.reserve(groups.size());
-  for (const auto& g : groups) {
+  InFlight in_flight(kMaxCollectivesInFlight);
+  for (const auto& g : flat_.layout().groups()) {
     auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat_.dtype());
     auto output = flat_.params().narrow(0, g.offset, g.numel);
-    pending.push_back(ctx_.comm->all_gather(output, input));
-    inputs.push_back(std::move(input));
+    in_flight.push(ctx_.comm->all_gather(output, input), {input});
   }
-  for (auto& h : pending) h.wait();
+  in_flight.drain();
 }
 
 torch::Tensor ShardedMaster::local_grad_sq_norm() const {

@@ -1,6 +1,8 @@
 // Stage 0: plain data parallel — full master weights and optimizer state on every rank, gradients all-reduced
-// group by group at the accumulation boundary. In fp32 the model's own flat buffer is the master copy.
+// group by group at the accumulation boundary. In fp32 the model's own flat buffers are the master copy and its
+// gradient; in 16-bit training the fp32 gradient exists only from the boundary to zero_grads().
 #include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/zero_stage.h"
 
 namespace dscpp {
@@ -10,50 +12,39 @@ class Stage0 final : public ZeroStage {
  public:
   explicit Stage0(const StageContext& context) : ctx_(context), flat_(*context.flat) {
     flat_.attach_grad_buffer();
-    if (flat_.dtype() == torch::kFloat32) {
-      // fp32 training: the model's parameters are the master copy; no second buffer.
-      master_ = flat_.params();
-      master_grads_ = flat_.grads();
-    } else {
-      master_ = flat_.params().to(torch::kFloat32);
-      master_grads_ = torch::zeros_like(master_);
-    }
+    // fp32 training: the model's parameters are the master copy; no second buffer.
+    master_ = flat_.dtype() == torch::kFloat32 ? flat_.params() : flat_.params().to(torch::kFloat32);
   }
 
   int stage() const override { return 0; }
 
-  void before_backward() override {
-    if (!flat_.grads_attached()) flat_.zero_grads();  // the user set .grad to None (module->zero_grad())
-  }
-  void after_backward() override {}
+  void before_backward() override { flat_.keep_grads_attached(); }
+  void after_backward() override { flat_.check_grads_attached(); }
 
   void reduce_gradients() override {
     auto& grads = flat_.grads();
-    const int world = ctx_.comm->world_size();
-    const double pre = ctx_.prescale_gradients ? ctx_.gradient_predivide_factor : 1.0;
-    if (world > 1) {
+    if (ctx_.grad_pre_divide != 1.0) grads.div_(ctx_.grad_pre_divide);
+    if (ctx_.comm->world_size() > 1) {
       const auto comm_dtype = ctx_.comm_dtype.value_or(grads.scalar_type());
-      std::vector<Handle> pending;
-      std::vector<torch::Tensor> wire;  // what travels: the group itself, or a copy in the communication dtype
+      InFlight in_flight(kMaxCollectivesInFlight);
       for (const auto& g : flat_.layout().groups()) {
         auto chunk = grads.narrow(0, g.offset, g.numel);
-        auto buffer = comm_dtype == chunk.scalar_type() ? chunk : chunk.to(comm_dtype);
-        if (pre != 1.0) buffer.div_(pre);
-        pending.push_back(ctx_.comm->all_reduce(buffer, ReduceOp::kSum));
-        wire.push_back(buffer);
+        if (comm_dtype == chunk.scalar_type()) {
+          in_flight.push(ctx_.comm->all_reduce(chunk, ReduceOp::kSum), {chunk});
+        } else {
+          // Reduce a copy in the communication dtype, then bring the sum back into the gradient buffer.
+          auto wire = chunk.to(comm_dtype);
+          Handle reduce = ctx_.comm->all_reduce(wire, ReduceOp::kSum);
+          in_flight.push(Handle([reduce, wire, chunk]() mutable {
+                           reduce.wait();
+                           chunk.copy_(wire);
+                         }));
+        }
       }
-      for (size_t i = 0; i < pending.size(); ++i) {
-        pending[i].wait();
-        const auto& g = flat_.layout().groups()[i];
-        auto chunk = grads.narrow(0, g.offset, g.numel);
-        if (wire[i].data_ptr() != chunk.data_ptr()) chunk.copy_(wire[i]);
-      }
-    } else if (pre != 1.0) {
-      grads.div_(pre);
+      in_flight.drain();
     }
-    if (!master_grads_.is_same(grads)) master_grads_.copy_(grads);
-    const double post = pre / world;
-    if (post != 1.0) master_grads_.mul_(post);
+    master_grads_ = grads.scalar_type() == torch::kFloat32 ? grads : grads.to(torch::kFloat32);
+    if (ctx_.grad_post_scale != 1.0) master_grads_.mul_(ctx_.grad_post_scale);
   }
 
   torch::Tensor& master_params() override { return master_; }
@@ -76,14 +67,18 @@ class Stage0 final : public ZeroStage {
     if (!master_.is_same(flat_.params())) flat_.params().copy_(master_);
   }
 
-  void zero_grads() override { flat_.zero_grads(); }
+  void zero_grads() override {
+    flat_.zero_grads();
+    master_grads_ = torch::Tensor();
+  }
 
   StageMemory memory() const override {
     StageMemory m;
     m.params16 = flat_.params().nbytes();
     m.grads16 = flat_.grads().nbytes();
     m.master = master_.is_same(flat_.params()) ? 0 : master_.nbytes();
-    m.buffers = master_grads_.is_same(flat_.grads()) ? 0 : master_grads_.nbytes();
+    // The fp32 gradient at the boundary, when it is a copy rather than the gradient buffer itself.
+    m.buffers = flat_.dtype() == torch::kFloat32 ? 0 : flat_.grads().numel() * 4;
     return m;
   }
 
@@ -91,7 +86,7 @@ class Stage0 final : public ZeroStage {
   StageContext ctx_;
   FlatParams& flat_;
   torch::Tensor master_;        // (padded_numel) fp32
-  torch::Tensor master_grads_;  // (padded_numel) fp32
+  torch::Tensor master_grads_;  // (padded_numel) fp32, from reduce_gradients() to zero_grads()
 };
 
 }  // namespace

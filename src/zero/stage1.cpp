@@ -1,5 +1,6 @@
 // Stage 1: fp32 master weights and optimizer state sharded over ranks; every rank keeps whole 16-bit parameters
 // and gradients, and at the accumulation boundary each gradient bucket is reduce-scattered to its owners.
+#include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/sharded_master.h"
 #include "dscpp/zero/zero_stage.h"
 
@@ -12,19 +13,16 @@ class Stage1 final : public ZeroStage {
 
   int stage() const override { return 1; }
 
-  void before_backward() override {
-    if (!flat_.grads_attached()) flat_.zero_grads();  // the user set .grad to None (module->zero_grad())
-  }
-  void after_backward() override {}
+  void before_backward() override { flat_.keep_grads_attached(); }
+  void after_backward() override { flat_.check_grads_attached(); }
 
   void reduce_gradients() override {
     const auto& groups = flat_.layout().groups();
-    std::vector<Handle> pending;
-    pending.reserve(groups.size());
+    InFlight in_flight(kMaxCollectivesInFlight);
     for (size_t g = 0; g < groups.size(); ++g) {
-      pending.push_back(master_.reduce_group(static_cast<int>(g), flat_.grads().narrow(0, groups[g].offset, groups[g].numel)));
+      in_flight.push(master_.reduce_group(static_cast<int>(g), flat_.grads().narrow(0, groups[g].offset, groups[g].numel)));
     }
-    for (auto& h : pending) h.wait();
+    in_flight.drain();
     master_.prepare_master_grads();
   }
 

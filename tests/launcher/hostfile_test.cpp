@@ -1,23 +1,14 @@
 // Hostfile parsing and DeepSpeed's include/exclude filters: exact resources and every error message.
 #include <gtest/gtest.h>
 
+#include "expect_error.h"
+
 #include <stdexcept>
 
 #include "dscpp/launcher/hostfile.h"
 
 namespace dscpp::launcher {
 namespace {
-
-// Runs `fn`, expecting std::invalid_argument with exactly `message`.
-template <typename Fn>
-void expect_error(Fn fn, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
-}
 
 const Resources kPool = {{"a", {0, 1, 2, 3}}, {"b", {0, 1}}, {"c", {0}}};
 

@@ -1,5 +1,7 @@
 // plan_launch: which launcher runs, the exact children it would start, and every bad flag combination.
 #include <gtest/gtest.h>
+
+#include "expect_error.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -26,16 +28,6 @@ LaunchOptions base() {
   options.self_exe = "/opt/bin/dscpp";
   options.cwd = "/nonexistent/job";  // no .deepspeed_env there
   return options;
-}
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 TEST(LaunchPlan, LocalRanksGetTheLauncherEnvPlusTheirOwn) {

@@ -1,5 +1,7 @@
 // Resolving the world (hostfile → include/exclude → num_nodes → num_gpus) and the exact per-rank environment.
 #include <gtest/gtest.h>
+
+#include "expect_error.h"
 #include <unistd.h>
 
 #include <filesystem>
@@ -18,16 +20,6 @@ std::string write_hostfile(const std::string& name, const std::string& text) {
   fs::create_directories(dir);
   std::ofstream(dir / name) << text;
   return (dir / name).string();
-}
-
-template <typename Fn>
-void expect_error(Fn fn, const std::string& message) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error; expected: " << message;
-  } catch (const std::invalid_argument& e) {
-    EXPECT_EQ(std::string(e.what()), message);
-  }
 }
 
 TEST(World, NoHostfileIsOneLocalProcess) {

@@ -110,6 +110,36 @@ std::vector<ZeroRun> equivalence_runs() {
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(equivalence_runs()),
                          [](const auto& info) { return info.param.name(); });
 
+// Two "nodes" on loopback, each running its own launcher (`--no_ssh --node_rank K`), one process each: the same
+// trajectory as one process, which proves the launcher's env (ranks, master, world) is right end to end.
+TEST(ZeroLauncher, TwoNoSshNodesTrainLikeOneProcess) {
+  ZeroRun run;
+  run.stage = 2;
+  run.world = 2;
+  const auto dir = temp_dir("zero_two_nodes");
+  std::ofstream(dir / "hostfile") << "# two nodes on loopback\nlocalhost slots=1\n127.0.0.1 slots=1\n";
+  const std::string launch = std::string(DSCPP_BINARY_DIR) + "/dscpp launch --hostfile " + (dir / "hostfile").string() +
+                             " --num_nodes 2 --num_gpus 1 --master_addr 127.0.0.1 --master_port " +
+                             std::to_string(free_port()) + " --no_ssh --node_rank ";
+  const std::string program = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
+                              " --data_order sequential --steps 20 --deepspeed_config " + write_config(dir, run) +
+                              " --metrics " + (dir / "metrics.jsonl").string();
+  const auto result = run_command("OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=3 /bin/sh -c '" + launch + "0 " + program +
+                                  " & p0=$!; " + launch + "1 " + program +
+                                  " & p1=$!; wait $p0; a=$?; wait $p1; b=$?; exit $((a + b))'");
+  ASSERT_EQ(result.code, 0) << result.err;
+  std::vector<nlohmann::json> rows;
+  std::istringstream in(read_text(dir / "metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  const auto& expected = reference(run);
+  ASSERT_EQ(rows.size(), expected.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i]["world_size"].get<int>(), 2);
+    const double want = expected[i]["loss"].get<double>(), got = rows[i]["loss"].get<double>();
+    EXPECT_LE(std::abs(got - want) / std::abs(want), 1e-5) << "step " << i + 1;
+  }
+}
+
 // bf16 + Adam is SPEC §3.6's setting: 16-bit params and grads, fp32 master and Adam state.
 class ZeroMemory : public ::testing::TestWithParam<ZeroRun> {};
 

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,23 +16,30 @@ namespace dscpp {
 
 enum class ReduceOp { kSum, kMax, kMin };
 
-// A pending collective. wait() blocks until the result is in the output tensor; it is idempotent, and throws
-// CommError naming the collective and the ranks involved when a peer failed or the collective timed out.
+// A pending collective. wait() blocks until the result is in the output tensor. It is idempotent: after a failure
+// (CommError naming the collective and the ranks involved, when a peer failed or the collective timed out) every
+// later wait() throws the same error again rather than pretending the collective finished.
 class Handle {
  public:
   Handle() = default;  // an already-completed handle
   explicit Handle(std::function<void()> wait) : wait_(std::move(wait)) {}
   void wait() {
-    if (wait_) {
-      auto w = std::move(wait_);
-      wait_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+    if (!wait_) return;
+    auto w = std::move(wait_);
+    wait_ = nullptr;
+    try {
       w();
+    } catch (...) {
+      error_ = std::current_exception();
+      throw;
     }
   }
   bool pending() const { return static_cast<bool>(wait_); }
 
  private:
   std::function<void()> wait_;
+  std::exception_ptr error_;
 };
 
 class CommError : public std::runtime_error {

@@ -31,24 +31,33 @@ inline torch::Tensor l2_norm_fp64(const torch::Tensor& t) {
   return at::linalg_vector_norm(t, 2, c10::nullopt, /*keepdim=*/false, torch::kFloat64);
 }
 
-// Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()` (a post hook on the
-// parameter's AccumulateGrad node, the node DeepSpeed hooks too; 2.1+ also offers
-// register_post_accumulate_grad_hook, 1.13 does not). The returned node must be kept alive by the caller: the
-// parameter holds it only weakly, and a new node would not carry the hook.
-inline std::shared_ptr<torch::autograd::Node> add_post_accumulate_grad_hook(const torch::Tensor& param,
-                                                                            std::function<void()> fn) {
-  struct Hook final : torch::autograd::FunctionPostHook {
-    explicit Hook(std::function<void()> f) : f_(std::move(f)) {}
-    torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
-                                              const torch::autograd::variable_list&) override {
-      f_();
-      return outputs;
-    }
-    std::function<void()> f_;
-  };
-  auto node = torch::autograd::impl::grad_accumulator(param);
-  node->add_post_hook(std::make_unique<Hook>(std::move(fn)));
-  return node;
-}
+// Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()`: a post hook on the
+// parameter's AccumulateGrad node, the node DeepSpeed hooks too (2.1+ also offers register_post_accumulate_grad_hook;
+// 1.13 does not). The hook lives as long as the returned object: it keeps the node alive (the parameter holds it
+// only weakly, and a new node would not carry the hook) and removes the hook when destroyed, so a graph that
+// outlives the owner never calls into it.
+class PostAccumulateGradHook {
+ public:
+  PostAccumulateGradHook(const torch::Tensor& param, std::function<void()> fn)
+      : node_(torch::autograd::impl::grad_accumulator(param)) {
+    struct Hook final : torch::autograd::FunctionPostHook {
+      explicit Hook(std::function<void()> f) : f_(std::move(f)) {}
+      torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                                const torch::autograd::variable_list&) override {
+        f_();
+        return outputs;
+      }
+      std::function<void()> f_;
+    };
+    key_ = node_->add_post_hook(std::make_unique<Hook>(std::move(fn)));
+  }
+  ~PostAccumulateGradHook() { node_->del_post_hook(key_); }
+  PostAccumulateGradHook(const PostAccumulateGradHook&) = delete;
+  PostAccumulateGradHook& operator=(const PostAccumulateGradHook&) = delete;
+
+ private:
+  std::shared_ptr<torch::autograd::Node> node_;
+  uintptr_t key_ = 0;
+};
 
 }  // namespace dscpp::compat

@@ -59,6 +59,9 @@ class JsonReader {
 
   // Keys DeepSpeed accepts that we read elsewhere or ignore: known, so they draw no warning.
   void accept(const std::vector<std::string>& keys);
+  // DeepSpeed features this engine does not have: accepted while off, a ConfigError ("... is not supported yet")
+  // when the key is `true` or an object with "enabled": true.
+  void accept_if_disabled(const std::vector<std::string>& keys);
 
   // Throws ConfigError "<path> = <value>: expected <allowed>" unless `ok`.
   void require(bool ok, const std::string& key, const std::string& allowed) const;

@@ -24,4 +24,8 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
 
 std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context);
 
+// DeepSpeed's gradient averaging: with prescale_gradients the gradients are divided by the world size before the
+// sum over ranks; otherwise by gradient_predivide_factor f before and multiplied by f / world_size after.
+void set_gradient_averaging(const Config& config, int world_size, StageContext& context);
+
 }  // namespace dscpp

@@ -40,6 +40,12 @@ class FlatParams {
   // True when every parameter's .grad still aliases the buffer.
   bool grads_attached() const;
 
+  // Before a backward: re-attach (zeroed) if the user set the grads to None (LibTorch's module->zero_grad()).
+  void keep_grads_attached();
+  // After a backward: throws if autograd replaced a .grad instead of accumulating into it (create_graph=true does),
+  // which would silently lose that micro-step's gradient.
+  void check_grads_attached() const;
+
   // The slice of `flat` (any tensor shaped like the buffer) that holds slot `i`, shaped like the parameter.
   torch::Tensor slot_view(const torch::Tensor& flat, size_t i) const;
 

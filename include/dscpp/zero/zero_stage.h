@@ -60,9 +60,14 @@ struct StageContext {
   FlatParams* flat = nullptr;                   // owned by the engine; outlives the stage
   std::optional<torch::ScalarType> comm_dtype;  // "communication_data_type"; nullopt = the compute dtype
   bool overlap_comm = false;                    // stage 2: reduce buckets while backward runs
-  bool prescale_gradients = false;              // divide by gradient_predivide_factor before reducing
-  double gradient_predivide_factor = 1.0;
+  // Gradients are divided by grad_pre_divide before the sum over ranks and the sum multiplied by grad_post_scale,
+  // which together average them (see make_stage_context for DeepSpeed's prescale / predivide rules).
+  double grad_pre_divide = 1.0;
+  double grad_post_scale = 1.0;
 };
+
+// Collectives a stage keeps running at once: each holds a bucket (and, with the Gloo fallback, a copy of it).
+constexpr size_t kMaxCollectivesInFlight = 2;
 
 // Stage 0: plain data parallel. Every rank holds everything; gradients are all-reduced bucket by bucket at the
 // boundary.

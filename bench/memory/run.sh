@@ -9,6 +9,7 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 psi=$("$BUILD/gpt-train" --no_progress --model "$MODEL" --steps 1 --seq_len 16 --micro_batch 1 2>&1 \
       | sed -nE 's/.*model [^ ]+ \(([0-9]+) params.*/\1/p')
+[ -n "$psi" ] || { echo "could not read the parameter count from gpt-train" >&2; exit 1; }
 echo "memory: gpt-train $MODEL, bf16, AdamW, Ψ = $psi parameters; bytes per rank (model states: params, grads, master, Adam)"
 printf '%-6s %-3s %14s %14s %9s\n' stage N measured formula diff
 for stage in 0 1 2; do

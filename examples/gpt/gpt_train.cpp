@@ -68,7 +68,7 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--micro_batch", a.micro_batch, "fills train_micro_batch_size_per_gpu")->check(CLI::PositiveNumber);
   app.add_option("--grad_accum", a.grad_accum, "fills gradient_accumulation_steps")->check(CLI::PositiveNumber);
   app.add_option("--warmup_steps", a.warmup_steps, "fills scheduler warmup_num_steps (default: steps / 10)");
-  app.add_option("--total_steps", a.total_steps, "fills scheduler total_num_steps (default: --steps)");
+  app.add_option("--total_steps", a.total_steps, "fills scheduler total_num_steps (default: --steps, at least 3)");
   app.add_option("--clip", a.clip, "fills gradient_clipping");
   app.add_flag("--bf16", a.bf16, "fills bf16.enabled");
   app.add_flag("--fp16", a.fp16, "fills fp16.enabled");
@@ -82,7 +82,8 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
   hf.micro_batch = a.micro_batch;
   hf.grad_accum = a.grad_accum;
   hf.warmup_steps = a.warmup_steps.value_or(std::max<int64_t>(1, a.steps / 10));
-  hf.total_steps = a.total_steps.value_or(a.steps);
+  // WarmupCosineLR needs total > max(2, warmup): very short runs get a schedule that would end a little later.
+  hf.total_steps = a.total_steps.value_or(std::max<int64_t>(a.steps, 3));
   hf.hidden_size = hidden_size;
   hf.bf16 = a.bf16;
   hf.fp16 = a.fp16;

@@ -1,7 +1,7 @@
 // ShardedMaster: the partitions of the sharded stages and their two collectives.
 #include "dscpp/zero/sharded_master.h"
 
-#include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/grad_norm.h"
 #include "dscpp/zero/in_flight.h"
 
 namespace dscpp {
@@ -60,8 +60,7 @@ void ShardedMaster::publish() {
 }
 
 torch::Tensor ShardedMaster::local_grad_sq_norm() const {
-  auto norm = compat::l2_norm_fp64(master_grads_);
-  return norm * norm;
+  return squared_norm_fp64(master_grads_);
 }
 
 }  // namespace dscpp

@@ -1,7 +1,7 @@
 // Stage 0: plain data parallel — full master weights and optimizer state on every rank, gradients all-reduced
 // group by group at the accumulation boundary. In fp32 the model's own flat buffers are the master copy and its
 // gradient; in 16-bit training the fp32 gradient exists only from the boundary to zero_grads().
-#include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/grad_norm.h"
 #include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/zero_stage.h"
 
@@ -57,8 +57,7 @@ class Stage0 final : public ZeroStage {
     for (size_t g = 0; g < layout.groups().size(); ++g) {
       const auto shard = master_grads_.narrow(0, layout.shard_offset(static_cast<int>(g), ctx_.comm->rank()),
                                               layout.groups()[g].shard_numel);
-      auto norm = compat::l2_norm_fp64(shard);
-      total += norm * norm;
+      total += squared_norm_fp64(shard);
     }
     return total;
   }

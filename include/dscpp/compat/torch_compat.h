@@ -25,12 +25,6 @@ inline std::string torch_version() {
 // 1.13's CPU kernels have no fp16 matmul; 2.x has. Tests and examples that need fp16 compute on CPU ask here.
 constexpr bool kCpuHalfMatmul = DSCPP_TORCH_AT_LEAST(2, 0);
 
-// ‖t‖₂ accumulated in fp64 (a 0-dim fp64 tensor) without a widened copy of `t`. A float-accumulated norm over
-// millions of elements drifts by ~1e-5 relative, enough to make clipping differ between stages and world sizes.
-inline torch::Tensor l2_norm_fp64(const torch::Tensor& t) {
-  return at::linalg_vector_norm(t, 2, c10::nullopt, /*keepdim=*/false, torch::kFloat64);
-}
-
 // Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()`: a post hook on the
 // parameter's AccumulateGrad node, the node DeepSpeed hooks too (2.1+ also offers register_post_accumulate_grad_hook;
 // 1.13 does not). The hook lives as long as the returned object: it keeps the node alive (the parameter holds it

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "estimate_command.h"
 #include "launch_command.h"
 #include "plan_command.h"
 
@@ -13,6 +14,8 @@ int main(int argc, char** argv) {
   CLI::App* plan = dscpp::add_plan_command(app, plan_args);
   dscpp::launcher::LaunchOptions launch_options;
   CLI::App* launch = dscpp::add_launch_command(app, launch_options);
+  dscpp::EstimateArgs estimate_args;
+  CLI::App* estimate = dscpp::add_estimate_command(app, estimate_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -22,6 +25,7 @@ int main(int argc, char** argv) {
   if (launch->parsed()) return dscpp::run_launch_command(*launch, launch_options, std::cerr);
   try {
     if (plan->parsed()) dscpp::run_plan(plan_args, std::cout, std::cerr);
+    if (estimate->parsed()) dscpp::run_estimate(estimate_args, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

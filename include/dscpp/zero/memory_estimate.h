@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "dscpp/config/config.h"
 
@@ -30,5 +31,40 @@ struct ModelStateBytes {
 // Throws std::invalid_argument for stage outside 0..3, num_params < 0 or world_size < 1.
 ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size, OffloadDevice optimizer_offload,
                                   DType compute_dtype);
+
+// DeepSpeed's cold estimators (`estimate_zero2/3_model_states_mem_needs`, SPEC §1.2): per-GPU and per-CPU bytes for
+// params, grads and Adam state of a model known only by its counts, for each offload choice. Their rules of thumb,
+// kept as DeepSpeed writes them so our numbers match its table: the CPU side scales by `additional_buffer_factor`
+// (pinned/staging buffers), ZeRO-3 keeps one gathered fp32-sized largest layer (4L bytes) on every GPU, and
+// `zero_init` says whether the model is built partitioned (zero.Init) or whole on every rank's CPU first.
+struct ZeroEstimateSetup {
+  int64_t total_params = 0;          // Ψ, > 0
+  int64_t largest_layer_params = 0;  // L, ZeRO-3 only: the largest module's own params; 0 <= L <= Ψ
+  int num_gpus_per_node = 1;         // DeepSpeed's default 1
+  int num_nodes = 1;                 // DeepSpeed's default 1
+  double additional_buffer_factor = 1.5;  // DeepSpeed's default; > 0
+};
+
+struct ZeroEstimateRow {
+  int stage = 2;                   // 2 or 3
+  bool offload_param = false;      // ZeRO-3 offload_param=cpu
+  bool offload_optimizer = false;  // offload_optimizer=cpu
+  bool zero_init = true;           // ZeRO-3: built partitioned; always true for ZeRO-2 (not a ZeRO-2 option)
+  int64_t cpu_bytes = 0;           // per node's CPU memory (DeepSpeed's "per CPU")
+  int64_t gpu_bytes = 0;           // per GPU
+};
+
+// Throws std::invalid_argument naming the field when the setup is out of range (see the field comments).
+void validate(const ZeroEstimateSetup& setup);
+
+// One row each; the result is DeepSpeed's int() of its float expression, evaluated in the same order.
+ZeroEstimateRow estimate_zero2(const ZeroEstimateSetup& setup, bool offload_optimizer);
+ZeroEstimateRow estimate_zero3(const ZeroEstimateSetup& setup, bool offload_param, bool offload_optimizer,
+                               bool zero_init);
+
+// The rows DeepSpeed's `..._all_cold` prints, in its order: offload_optimizer cpu then none; for ZeRO-3 within
+// each, offload_param cpu then none (param offload needs optimizer offload), zero_init 1 then 0.
+std::vector<ZeroEstimateRow> estimate_zero2_rows(const ZeroEstimateSetup& setup);
+std::vector<ZeroEstimateRow> estimate_zero3_rows(const ZeroEstimateSetup& setup);
 
 }  // namespace dscpp

@@ -160,8 +160,9 @@ void Engine::update(StepReport& report) {
   // global norm non-finite on every rank, so all ranks agree on the overflow.
   auto packed = torch::stack({stage_->local_grad_sq_norm(), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
-  const double scaled_norm = std::sqrt(packed[0].item<double>());
-  report.loss = packed[1].item<double>() / (config_.batch.grad_accum * comm_->world_size());
+  const auto host = packed.to(torch::kCPU);  // one device sync for both numbers
+  const double scaled_norm = std::sqrt(host.data_ptr<double>()[0]);
+  report.loss = host.data_ptr<double>()[1] / (config_.batch.grad_accum * comm_->world_size());
   loss_sum_.zero_();
 
   const bool overflow = !std::isfinite(scaled_norm);

@@ -10,6 +10,7 @@ namespace {
 using nlohmann::json;
 using testing::error_of;
 using testing::parse;
+using testing::user_args;
 
 std::vector<std::string> warnings_of(const json& config) {
   std::vector<std::string> warnings;
@@ -67,20 +68,6 @@ TEST(Levenshtein, Distances) {
   EXPECT_EQ(levenshtein("", "abc"), 3u);
   EXPECT_EQ(levenshtein("kitten", "sitting"), 3u);
   EXPECT_EQ(levenshtein("overlap_com", "overlap_comm"), 1u);
-}
-
-AutoValues::HfArgs user_args() {
-  AutoValues::HfArgs a;
-  a.micro_batch = 4;
-  a.grad_accum = 2;
-  a.lr = 3e-4;
-  a.weight_decay = 0.01;
-  a.warmup_steps = 10;
-  a.total_steps = 100;
-  a.fp16 = true;
-  a.hidden_size = 768;
-  a.max_grad_norm = 1.0;
-  return a;
 }
 
 TEST(AutoValues, FromHfArgsMapsLikeHfTrainer) {

@@ -12,16 +12,11 @@ namespace {
 const std::string kDir = DSCPP_SHARED_DIR "/configs/";
 
 ConfigOptions user_options(bool fp16, std::vector<std::string>* warnings) {
-  AutoValues::HfArgs a;
-  a.micro_batch = 4;
-  a.grad_accum = 2;
-  a.lr = 3e-4;
-  a.weight_decay = 0.01;
-  a.warmup_steps = 10;
-  a.total_steps = 100;
-  a.hidden_size = 768;
-  a.max_grad_norm = 1.0;
-  (fp16 ? a.fp16 : a.bf16) = true;
+  AutoValues::HfArgs a = testing::user_args();
+  if (!fp16) {
+    a.fp16.reset();
+    a.bf16 = true;
+  }
   ConfigOptions options;
   options.world_size = 2;
   options.auto_values = AutoValues::from_hf_args(a);

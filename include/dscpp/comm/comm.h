@@ -35,7 +35,6 @@ class Handle {
       throw;
     }
   }
-  bool pending() const { return static_cast<bool>(wait_); }
 
  private:
   std::function<void()> wait_;

@@ -32,8 +32,6 @@ class InFlight {
     }
   }
 
-  // Forgets pending work after a failure (the comm layer has already reported it).
-  void clear() { pending_.clear(); }
   size_t size() const { return pending_.size(); }
   size_t limit() const { return limit_; }
 

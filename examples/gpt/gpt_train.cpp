@@ -41,6 +41,7 @@ struct Args {
   int64_t steps = 150;
   uint64_t seed = 1234;
   std::string metrics;
+  std::string save_16bit;
   bool no_progress = false;
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
@@ -62,6 +63,9 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--steps", a.steps, "total optimizer steps")->check(CLI::PositiveNumber);
   app.add_option("--seed", a.seed, "seed for model init and data order");
   app.add_option("--metrics", a.metrics, "write one JSON line per optimizer step here");
+  app.add_option("--save_16bit", a.save_16bit,
+                 "after training, write the whole model's weights here as safetensors (DeepSpeed's save_16bit_model; "
+                 "ZeRO-3 needs stage3_gather_16bit_weights_on_model_save)");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
   app.add_option("--lr", a.lr, "fills optimizer.params.lr / warmup_max_lr");
   app.add_option("--weight_decay", a.weight_decay, "fills optimizer.params.weight_decay");
@@ -132,7 +136,12 @@ int run(const Args& a) {
     progress.clear();
     std::cerr << line << std::endl;
   };
+  // Each transformer block is a ZeRO-3 gather unit (ignored below stage 3).
+  for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   auto engine = dscpp::initialize(model.ptr(), config, init);
+  model->set_block_runner([&engine](const torch::nn::Module& block, const std::function<torch::Tensor()>& call) {
+    return engine->run_unit(block, call);
+  });
 
   gpt::BatchSamplerOptions sampling;
   sampling.seq_len = seq_len;
@@ -167,13 +176,18 @@ int run(const Args& a) {
     progress.update(r.step, r.loss, tokens_per_s);
     if (metrics) {
       const auto mem = engine->memory();
+      const auto timers = engine->stage_timers();
       metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
                       {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
                       {"tokens_per_s", tokens_per_s}, {"world_size", world},
-                      {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()}});
+                      {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
+                      {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s}});
     }
   }
   progress.finish();
+  if (!a.save_16bit.empty() && engine->save_16bit_model(a.save_16bit) && rank == 0) {
+    std::cerr << "[gpt-train] wrote " << a.save_16bit << std::endl;
+  }
   if (rank == 0) {
     std::cerr << "[gpt-train] done: " << engine->global_steps() << " steps, final loss " << engine->last_step().loss
               << ", skipped " << engine->skipped_steps() << std::endl;

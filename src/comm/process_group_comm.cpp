@@ -8,6 +8,8 @@
 //   _allgather_base  -> allgather into world_size views of the flat output (Gloo copies into the views).
 #include "process_group_comm.h"
 
+#include <cstring>
+
 #include <sstream>
 #include <stdexcept>
 
@@ -84,6 +86,35 @@ ProcessGroupComm::~ProcessGroupComm() = default;
 
 std::string ProcessGroupComm::prefix() const {
   return "rank " + std::to_string(rank_) + "/" + std::to_string(world_size_) + ": ";
+}
+
+// Keys "dscpp/side/<call>/<rank>". A rank deletes its own key of call k-2 during call k, so the store holds at most
+// a few calls' keys. That is safe: any rank r read our key of call k-2 during its call k-2, before it set its key of
+// call k-1; and we finished call k-1 only after reading r's key of call k-1.
+std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t>& values) {
+  const int64_t call = side_calls_++;
+  auto key = [](int64_t c, int r) { return "dscpp/side/" + std::to_string(c) + "/" + std::to_string(r); };
+  const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+  std::vector<int64_t> all(values.size() * static_cast<size_t>(world_size_));
+  try {
+    store_->set(key(call, rank_), std::vector<uint8_t>(bytes, bytes + values.size() * sizeof(int64_t)));
+    for (int r = 0; r < world_size_; ++r) {
+      const auto got = store_->get(key(call, r));  // waits for rank r, up to the store's timeout
+      if (got.size() != values.size() * sizeof(int64_t)) {
+        throw CommError(prefix() + "side_all_gather #" + std::to_string(call) + ": rank " + std::to_string(r) +
+                        " sent " + std::to_string(got.size() / sizeof(int64_t)) + " values, this rank " +
+                        std::to_string(values.size()));
+      }
+      std::memcpy(all.data() + r * values.size(), got.data(), got.size());
+    }
+    if (call >= 2) store_->deleteKey(key(call - 2, rank_));
+  } catch (const CommError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw CommError(prefix() + "side_all_gather #" + std::to_string(call) + " through the store failed: " + reason(e) +
+                    ". A peer rank probably died or is stuck; see its log.");
+  }
+  return all;
 }
 
 bool ProcessGroupComm::widen(const torch::Tensor& t) const {

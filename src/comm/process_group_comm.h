@@ -35,6 +35,7 @@ class ProcessGroupComm final : public Comm {
   Handle all_gather(torch::Tensor& output, const torch::Tensor& input) override;
   Handle broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override;
 
  private:
   using Issue = std::function<c10::intrusive_ptr<c10d::Work>()>;
@@ -50,6 +51,7 @@ class ProcessGroupComm final : public Comm {
   int rank_;
   int world_size_;
   BackendFeatures features_;
+  int64_t side_calls_ = 0;  // side_all_gather calls so far: names its store keys
 };
 
 // Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks

@@ -25,6 +25,7 @@ class SingleProcessComm final : public Comm {
 
   Handle broadcast(torch::Tensor&, int) override { return {}; }
   void barrier() override {}
+  std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override { return values; }
 };
 
 }  // namespace

@@ -11,7 +11,6 @@ void reject(const std::string& key, const std::string& what) {
 }  // namespace
 
 void check_supported(const Config& config) {
-  if (config.zero.stage == 3) reject("zero_optimization.stage", "stage 3");
   if (config.zero.offload_optimizer.device != OffloadDevice::kNone) reject("zero_optimization.offload_optimizer.device", "offload");
   if (config.zero.offload_param.device != OffloadDevice::kNone) reject("zero_optimization.offload_param.device", "offload");
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
@@ -54,9 +53,19 @@ std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageCo
     case 0: return make_stage0(context);
     case 1: return make_stage1(context);
     case 2: return make_stage2(context);
+    case 3: throw std::logic_error("make_zero_stage: stage 3 partitions its own parameters; use make_stage3");
     default: reject("zero_optimization.stage", "stage " + std::to_string(zero.stage));
   }
   return nullptr;
+}
+
+Zero3Options zero3_options(const ZeroConfig& zero) {
+  Zero3Options o;
+  o.prefetch_bucket_size = zero.stage3_prefetch_bucket_size;
+  o.param_persistence_threshold = zero.stage3_param_persistence_threshold;
+  o.max_live_parameters = zero.stage3_max_live_parameters;
+  o.max_reuse_distance = zero.stage3_max_reuse_distance;
+  return o;
 }
 
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context) {

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <set>
 #include <sstream>
 
+#include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
 #include "dscpp/monitor/step_log.h"
 
@@ -57,6 +59,23 @@ void broadcast_rest(torch::nn::Module& model, Comm& comm) {
   }
 }
 
+// Each gather unit with its dotted name in the model (for logs and errors).
+std::vector<std::pair<std::string, const torch::nn::Module*>> unit_names(
+    torch::nn::Module& model, const std::vector<std::shared_ptr<torch::nn::Module>>& units) {
+  std::map<const torch::nn::Module*, std::string> name_of;
+  for (const auto& item : model.named_modules()) name_of.emplace(item.value().get(), item.key());
+  std::vector<std::pair<std::string, const torch::nn::Module*>> out;
+  for (size_t i = 0; i < units.size(); ++i) {
+    auto it = units[i] ? name_of.find(units[i].get()) : name_of.end();
+    if (it == name_of.end()) {
+      throw std::invalid_argument("InitOptions::gather_units[" + std::to_string(i) +
+                                  "] is not a submodule of the model passed to dscpp::initialize");
+    }
+    out.emplace_back(it->second.empty() ? "(the model itself)" : it->second, it->first);
+  }
+  return out;
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
@@ -70,11 +89,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
 
   // Cast first, then flatten: the flat buffers are allocated in the compute dtype and the params become views.
-  const auto dtype = to_scalar_type(config_.compute_dtype());
-  model_->to(dtype);
+  dtype_ = to_scalar_type(config_.compute_dtype());
+  model_->to(dtype_);
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
+  for (size_t i = 0; i < params.size(); ++i) param_shapes_.emplace_back(names[i], params[i].sizes().vec());
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
     const bool cuda = !params.empty() && params.front().is_cuda();
@@ -86,19 +106,26 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     };
   }
   check_batch(config_, comm_->world_size());
-  // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
-  flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype, config_.zero.reduce_bucket_size);
-  // Every rank starts from rank 0's weights, whatever each process initialised; the stage copies its master from them.
-  comm_->broadcast(flat_->params(), 0).wait();
-  broadcast_rest(*model_, *comm_);
 
   StageContext context;
   context.comm = comm_;
-  context.flat = flat_.get();
   if (config_.communication_data_type) context.comm_dtype = to_scalar_type(*config_.communication_data_type);
   context.overlap_comm = config_.zero.overlap_comm;
   set_gradient_averaging(config_, comm_->world_size(), context);
-  stage_ = make_zero_stage(config_.zero, context);
+  if (config_.zero.stage == 3) {
+    // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
+    PartitionedModel partitioned{params, names, unit_names(*model_, options.gather_units)};
+    stage_ = make_stage3(context, std::move(partitioned), zero3_options(config_.zero));
+  } else {
+    // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
+    flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype_, config_.zero.reduce_bucket_size);
+    // Every rank starts from rank 0's weights, whatever each process initialised; the stage copies its master from
+    // them.
+    comm_->broadcast(flat_->params(), 0).wait();
+    context.flat = flat_.get();
+    stage_ = make_zero_stage(config_.zero, context);
+  }
+  broadcast_rest(*model_, *comm_);
 
   auto& master = stage_->master_params();
   optimizer_ = make_flat_optimizer(*optimizer_config, master.numel(), master.options());
@@ -121,6 +148,13 @@ bool Engine::is_gradient_accumulation_boundary() const {
 }
 
 double Engine::lr() const { return schedule_->lr_at(global_steps_ - skipped_steps_); }
+
+torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
+  stage_->before_forward();
+  auto loss = loss_fn();
+  stage_->after_forward(loss);
+  return loss;
+}
 
 void Engine::backward(const torch::Tensor& loss) {
   if (!loss.defined() || loss.numel() != 1) {
@@ -194,6 +228,36 @@ void Engine::log_step(const StepReport& report) {
   const double samples_per_s = seconds > 0 ? config_.batch.train_batch_size * config_.steps_per_print / seconds : 0.0;
   log_(format_step_line(report.step, report.loss, report.lr, report.loss_scale, report.grad_norm, samples_per_s,
                         skipped_steps_));
+}
+
+bool Engine::save_16bit_model(const std::string& path) {
+  if (stage_->stage() == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
+    log_("[deepspeed.cpp] save_16bit_model(" + path + ") did not save: under ZeRO-3 it needs "
+         "zero_optimization.stage3_gather_16bit_weights_on_model_save: true");
+    return false;
+  }
+  // Rank 0 opens the file first and every rank learns whether it could, so a bad path fails on all ranks at once
+  // instead of leaving the others in a gather.
+  std::unique_ptr<SafetensorsWriter> writer;
+  std::string error;
+  if (rank() == 0) {
+    std::vector<TensorInfo> infos;
+    for (const auto& [name, shape] : param_shapes_) infos.push_back({name, dtype_, shape});
+    try {
+      writer = std::make_unique<SafetensorsWriter>(path, infos, std::map<std::string, std::string>{{"format", "pt"}});
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  if (comm_->side_all_gather({error.empty() ? 0 : 1})[0] != 0) {
+    throw std::runtime_error("save_16bit_model: rank 0 could not create the file: " +
+                             (error.empty() ? path : error));
+  }
+  stage_->visit_params([&](const std::string& name, const torch::Tensor& value) {
+    if (writer) writer->write(name, value);
+  });
+  if (writer) writer->close();
+  return true;
 }
 
 ModelStateMemory Engine::memory() const {

@@ -32,13 +32,16 @@ FlatLayout::FlatLayout(const std::vector<Param>& params, int world_size, int64_t
   for (size_t i = 0; i < params.size(); ++i) {
     int64_t numel = 1;
     for (int64_t d : params[i].shape) numel *= d;
-    if (open_used > 0 && open_used + numel > group_numel) close_group(static_cast<int>(i));
+    const bool open_has_params = static_cast<int>(i) > open.param_begin;
+    if ((open_has_params && params[i].starts_group) || (open_used > 0 && open_used + numel > group_numel)) {
+      close_group(static_cast<int>(i));
+    }
     slots_.push_back(ParamSlot{params[i].name, params[i].shape, open.offset + open_used, numel,
                                static_cast<int>(groups_.size())});
     open_used += numel;
     numel_ += numel;
   }
-  if (open_used > 0 || groups_.empty()) close_group(static_cast<int>(params.size()));
+  if (static_cast<int>(params.size()) > open.param_begin || groups_.empty()) close_group(static_cast<int>(params.size()));
 }
 
 int64_t FlatLayout::shard_offset(int group, int rank) const {

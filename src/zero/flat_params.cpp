@@ -40,6 +40,20 @@ torch::Tensor FlatParams::slot_view(const torch::Tensor& flat, size_t i) const {
   return flat.narrow(0, slot.offset, slot.numel).view(slot.shape);
 }
 
+void FlatParams::visit(const std::function<void(const std::string&, const torch::Tensor&)>& fn) const {
+  for (size_t i = 0; i < params_.size(); ++i) fn(layout_.slots()[i].name, params_[i]);
+}
+
+torch::Tensor FlatParams::partition(int rank) const {
+  auto out = torch::empty({layout_.partition_numel()}, params_flat_.options());
+  const auto& groups = layout_.groups();
+  for (size_t g = 0; g < groups.size(); ++g) {
+    out.narrow(0, groups[g].partition_offset, groups[g].shard_numel)
+        .copy_(params_flat_.narrow(0, layout_.shard_offset(static_cast<int>(g), rank), groups[g].shard_numel));
+  }
+  return out;
+}
+
 void FlatParams::attach_grad_buffer() {
   if (!grads_flat_.defined()) grads_flat_ = torch::zeros_like(params_flat_);
   for (size_t i = 0; i < params_.size(); ++i) params_[i].mutable_grad() = slot_view(grads_flat_, i);

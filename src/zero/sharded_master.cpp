@@ -4,23 +4,24 @@
 #include "dscpp/zero/grad_norm.h"
 #include "dscpp/zero/in_flight.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace dscpp {
 
-ShardedMaster::ShardedMaster(const StageContext& context) : ctx_(context), flat_(*context.flat) {
-  const auto& layout = flat_.layout();
-  const int rank = ctx_.comm->rank();
-  master_ = torch::empty({layout.partition_numel()}, flat_.params().options().dtype(torch::kFloat32));
-  grad_shard_ = torch::zeros({layout.partition_numel()},
-                             flat_.params().options().dtype(ctx_.comm_dtype.value_or(flat_.dtype())));
-  const auto& groups = layout.groups();
-  for (size_t g = 0; g < groups.size(); ++g) {
-    master_.narrow(0, groups[g].partition_offset, groups[g].shard_numel)
-        .copy_(flat_.params().narrow(0, layout.shard_offset(static_cast<int>(g), rank), groups[g].shard_numel));
+ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layout, const torch::Tensor& partition)
+    : ctx_(context), layout_(layout) {
+  if (partition.numel() != layout.partition_numel()) {
+    throw std::invalid_argument("ShardedMaster: partition has " + std::to_string(partition.numel()) +
+                                " elements, the layout " + std::to_string(layout.partition_numel()));
   }
+  master_ = partition.scalar_type() == torch::kFloat32 ? partition : partition.to(torch::kFloat32);
+  grad_shard_ = torch::zeros({layout.partition_numel()},
+                             partition.options().dtype(ctx_.comm_dtype.value_or(partition.scalar_type())));
 }
 
 Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) {
-  const auto& g = flat_.layout().groups()[group];
+  const auto& g = layout_.groups()[group];
   // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe.
   auto input = group_grads.scalar_type() == grad_shard_.scalar_type() ? group_grads
                                                                        : group_grads.to(grad_shard_.scalar_type());
@@ -49,11 +50,11 @@ int64_t ShardedMaster::master_grad_bytes() const {
   return master_grads_.defined() && !master_grads_.is_same(grad_shard_) ? master_grads_.nbytes() : 0;
 }
 
-void ShardedMaster::publish() {
+void ShardedMaster::publish(FlatParams& flat) {
   InFlight in_flight(kMaxCollectivesInFlight);
-  for (const auto& g : flat_.layout().groups()) {
-    auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat_.dtype());
-    auto output = flat_.params().narrow(0, g.offset, g.numel);
+  for (const auto& g : layout_.groups()) {
+    auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat.dtype());
+    auto output = flat.params().narrow(0, g.offset, g.numel);
     in_flight.push(ctx_.comm->all_gather(output, input), {input});
   }
   in_flight.drain();

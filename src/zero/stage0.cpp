@@ -71,6 +71,8 @@ class Stage0 final : public ZeroStage {
     master_grads_ = torch::Tensor();
   }
 
+  void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }
+
   StageMemory memory() const override {
     StageMemory m;
     m.params16 = flat_.params().nbytes();

@@ -9,7 +9,10 @@ namespace {
 
 class Stage1 final : public ZeroStage {
  public:
-  explicit Stage1(const StageContext& context) : flat_(*context.flat), master_(context) { flat_.attach_grad_buffer(); }
+  explicit Stage1(const StageContext& context)
+      : flat_(*context.flat), master_(context, flat_.layout(), flat_.partition(context.comm->rank())) {
+    flat_.attach_grad_buffer();
+  }
 
   int stage() const override { return 1; }
 
@@ -29,12 +32,14 @@ class Stage1 final : public ZeroStage {
   torch::Tensor& master_params() override { return master_.params(); }
   torch::Tensor& master_grads() override { return master_.master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }
-  void publish_params() override { master_.publish(); }
+  void publish_params() override { master_.publish(flat_); }
 
   void zero_grads() override {
     flat_.zero_grads();
     master_.zero_grads();
   }
+
+  void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }
 
   StageMemory memory() const override {
     StageMemory m;

@@ -14,7 +14,9 @@ namespace {
 class Stage2 final : public ZeroStage {
  public:
   explicit Stage2(const StageContext& context)
-      : flat_(*context.flat), master_(context), in_flight_(context.overlap_comm ? kMaxCollectivesInFlight : 0) {
+      : flat_(*context.flat),
+        master_(context, flat_.layout(), flat_.partition(context.comm->rank())),
+        in_flight_(context.overlap_comm ? kMaxCollectivesInFlight : 0) {
     const auto& params = flat_.param_tensors();
     remaining_.resize(flat_.layout().groups().size());
     reset_micro_step();
@@ -43,8 +45,10 @@ class Stage2 final : public ZeroStage {
   torch::Tensor& master_params() override { return master_.params(); }
   torch::Tensor& master_grads() override { return master_.master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }
-  void publish_params() override { master_.publish(); }
+  void publish_params() override { master_.publish(flat_); }
   void zero_grads() override { master_.zero_grads(); }
+
+  void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }
 
   StageMemory memory() const override {
     StageMemory m;

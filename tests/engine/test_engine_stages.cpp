@@ -5,6 +5,8 @@
 #include "dscpp/dscpp.h"
 #include "test_models.h"
 
+#include <map>
+
 namespace dscpp::testing {
 namespace {
 
@@ -27,38 +29,40 @@ TORCH_MODULE(Quirky);
 std::string config_json(int stage, int grad_accum) {
   return R"({"train_batch_size": 16, "gradient_accumulation_steps": )" + std::to_string(grad_accum) +
          R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
-         R"(, "reduce_bucket_size": 50, "overlap_comm": true},
+         R"(, "reduce_bucket_size": 50, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}, "gradient_clipping": 0.5})";
 }
 
-std::vector<torch::Tensor> train(int stage, int grad_accum, Quirky& model) {
+// The trained parameters by name (stage 3 orders its groups differently).
+std::map<std::string, torch::Tensor> train(int stage, int grad_accum, Quirky& model) {
   torch::manual_seed(0);
   model = Quirky();
   auto engine = initialize(model.ptr(), config_from(config_json(stage, grad_accum)));
   auto [x, y] = regression_data(5 * 16);
   const int64_t micro = 16 / grad_accum;
   for (int64_t row = 0; row < x.size(0); row += micro) {
-    engine->backward(model->loss(x.narrow(0, row, micro), y.narrow(0, row, micro)));
+    engine->backward(engine->forward([&] { return model->loss(x.narrow(0, row, micro), y.narrow(0, row, micro)); }));
     engine->step();
   }
-  std::vector<torch::Tensor> out;
-  for (auto& p : model->parameters()) out.push_back(p.detach().clone());
+  std::map<std::string, torch::Tensor> out;
+  engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { out[name] = p.detach().clone(); });
   return out;
 }
 
 TEST(EngineStages, EveryStageMatchesStage0WithUnusedAndTiedParameters) {
   Quirky reference_model{nullptr};
   const auto reference = train(0, 1, reference_model);
-  for (int stage : {0, 1, 2}) {
+  for (int stage : {0, 1, 2, 3}) {
     for (int gas : {1, 4}) {
       Quirky model{nullptr};
       const auto params = train(stage, gas, model);
       ASSERT_EQ(params.size(), reference.size());
-      for (size_t i = 0; i < params.size(); ++i) {
-        EXPECT_TRUE(torch::allclose(params[i], reference[i], 1e-5, 1e-6)) << "stage " << stage << " gas " << gas << " param " << i;
+      for (const auto& [name, value] : reference) {
+        ASSERT_TRUE(params.count(name)) << name;
+        EXPECT_TRUE(torch::allclose(params.at(name), value, 1e-5, 1e-6)) << "stage " << stage << " gas " << gas << " " << name;
       }
       // The unused parameter is only decayed (AdamW), never moved by a gradient.
-      EXPECT_TRUE(torch::allclose(model->unused, torch::full({5}, std::pow(1 - 0.01 * 0.1, 5))));
+      EXPECT_TRUE(torch::allclose(params.at("unused"), torch::full({5}, std::pow(1 - 0.01 * 0.1, 5))));
       // The tied weight is one tensor: both names still alias it.
       EXPECT_TRUE(model->named_parameters()["fc1_weight_again"].is_same(model->fc1->weight));
     }
@@ -70,6 +74,48 @@ TEST(EngineStages, TiedParametersAreCountedOnce) {
   auto engine = initialize(model.ptr(), config_from(config_json(0, 1)));
   const int64_t unique = 8 * 16 + 16 + 16 + 1 + 5;
   EXPECT_EQ(engine->memory().stage.params16, unique * 4);
+}
+
+TEST(EngineStages, Stage3FreesUnitParametersBetweenUses) {
+  auto model = Mlp();
+  InitOptions init;
+  init.gather_units = {model->fc1.ptr()};
+  auto engine = initialize(model.ptr(), config_from(config_json(3, 1)), init);
+  const auto storage = [](const torch::Tensor& t) { return t.storage().nbytes(); };
+  EXPECT_EQ(storage(model->fc1->weight), 0u) << "sharded at rest";
+  auto [x, y] = regression_data(16);
+  size_t during = 0;
+  auto loss = engine->forward([&] {
+    auto h = engine->run_unit(*model->fc1, [&] {
+      auto out = model->fc1->forward(x);
+      during = storage(model->fc1->weight);
+      return out;
+    });
+    return torch::mse_loss(model->fc2->forward(torch::tanh(h)), y);
+  });
+  EXPECT_EQ(during, (8 * 16 + 16) * sizeof(float)) << "the unit's whole group is gathered while it runs";
+  engine->backward(loss);
+  engine->step();
+  EXPECT_EQ(storage(model->fc1->weight), 0u) << "released after its backward";
+  EXPECT_EQ(storage(model->fc2->weight), 0u) << "the root group too";
+}
+
+TEST(EngineStages, Stage3ErrorsNameTheMisuse) {
+  auto model = Mlp();
+  auto other = torch::nn::Linear(2, 2);
+  InitOptions bad;
+  bad.gather_units = {other.ptr()};
+  EXPECT_THROW(initialize(model.ptr(), config_from(config_json(3, 1)), bad), std::invalid_argument);
+
+  InitOptions init;
+  init.gather_units = {model->fc1.ptr()};
+  auto engine = initialize(model.ptr(), config_from(config_json(3, 1)), init);
+  auto [x, y] = regression_data(16);
+  // Backward without engine->forward, a unit run outside engine->forward, a module that is not a unit.
+  EXPECT_THROW(engine->backward(torch::ones({}, torch::requires_grad())), std::logic_error);
+  EXPECT_THROW(engine->run_unit(*model->fc1, [&] { return x; }), std::logic_error);
+  EXPECT_THROW(engine->forward([&] { return engine->run_unit(*model->fc2, [&] { return x; }).sum(); }),
+               std::invalid_argument);
 }
 
 TEST(EngineStages, Stage2RejectsBackwardOutsideTheEngine) {

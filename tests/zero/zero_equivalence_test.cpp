@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/zero/memory_estimate.h"
 #include "model/gpt_config.h"
 
@@ -22,11 +23,37 @@ struct ZeroRun {
   bool bf16 = false;
   int steps = 20;
   int global_batch = 16;  // 12 for world 3: the batch must split evenly
+  // Stage 3 knobs. tiny's largest parameter has 65,536 elements, so DeepSpeed's default threshold (100,000) would
+  // keep every parameter gathered: 0 partitions all of them, 20,000 keeps norms and biases, "huge" keeps all.
+  int64_t persistence = 0;
+  bool prefetch = true;  // false: stage3_prefetch_bucket_size 0
+  bool keep = true;      // false: release every block after each use (max reuse distance 0, max live 1 element)
+  bool gather_on_save = false;  // stage3_gather_16bit_weights_on_model_save
+  std::string extra_args;       // appended to the gpt-train command
   std::string name() const {
-    return "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" + std::to_string(grad_accum) +
-           (bf16 ? "_bf16" : "_fp32");
+    std::string n = "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" +
+                    std::to_string(grad_accum) + (bf16 ? "_bf16" : "_fp32");
+    if (stage == 3) {
+      n += "_persist" + std::to_string(persistence) + (prefetch ? "" : "_noprefetch") + (keep ? "" : "_release");
+    }
+    return n;
   }
 };
+
+nlohmann::json zero_section(const ZeroRun& run) {
+  // Small buckets so the tiny model spans many groups, with padding in several of them.
+  nlohmann::json zero = {{"stage", run.stage}, {"reduce_bucket_size", 30011}, {"overlap_comm", true}};
+  if (run.stage == 3) {
+    zero["stage3_param_persistence_threshold"] = run.persistence;
+    zero["stage3_prefetch_bucket_size"] = run.prefetch ? 50'000'000 : 0;
+    zero["stage3_gather_16bit_weights_on_model_save"] = run.gather_on_save;
+    if (!run.keep) {
+      zero["stage3_max_reuse_distance"] = 0;
+      zero["stage3_max_live_parameters"] = 1;
+    }
+  }
+  return zero;
+}
 
 std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
   const nlohmann::json config = {
@@ -35,8 +62,7 @@ std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
       {"steps_per_print", 1000},
       {"gradient_clipping", 1.0},
       {"bf16", {{"enabled", run.bf16}}},
-      // Small buckets so the tiny model spans many groups, with padding in several of them.
-      {"zero_optimization", {{"stage", run.stage}, {"reduce_bucket_size", 30011}, {"overlap_comm", true}}},
+      {"zero_optimization", zero_section(run)},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"weight_decay", 0.1}}}}}};
   const auto path = dir / (run.name() + ".json");
   std::ofstream(path) << config.dump();
@@ -49,7 +75,8 @@ std::vector<nlohmann::json> train(const ZeroRun& run) {
   const auto metrics = dir / "metrics.jsonl";
   const std::string command = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
                               " --data_order sequential --steps " + std::to_string(run.steps) +
-                              " --deepspeed_config " + write_config(dir, run) + " --metrics " + metrics.string();
+                              " --deepspeed_config " + write_config(dir, run) + " --metrics " + metrics.string() + " " +
+                              run.extra_args;
   const auto ranks = run_ranks(run.world, command, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=3");
   for (int r = 0; r < run.world; ++r) {
     EXPECT_EQ(ranks[r].code, 0) << run.name() << " rank " << r << ":\n" << ranks[r].err;
@@ -99,11 +126,30 @@ std::vector<ZeroRun> equivalence_runs() {
     for (int world : {1, 2, 4})
       for (int gas : {1, 4}) runs.push_back({stage, world, gas, false});
   for (int stage : {1, 2}) runs.push_back({stage, 4, 2, true});
-  for (int stage : {0, 1, 2}) runs.push_back({stage, 3, 2, false, 20, 12});
+  for (int stage : {0, 1, 2, 3}) runs.push_back({stage, 3, 2, false, 20, 12});
+  // Stage 3: every world and accumulation with all parameters partitioned and with all persistent, prefetch off,
+  // blocks released after each use, and bf16.
+  for (int world : {1, 2, 4})
+    for (int gas : {1, 4})
+      for (int64_t persistence : {int64_t{0}, int64_t{1'000'000'000}}) runs.push_back({3, world, gas, false, 20, 16, persistence});
+  for (int world : {2, 4}) runs.push_back({3, world, 2, false, 20, 16, 20'000, false});
+  for (int world : {2, 4}) runs.push_back({3, world, 2, false, 20, 16, 0, true, false});
+  runs.push_back({3, 4, 2, true, 20, 16, 20'000});
   return runs;
 #else
-  return {{0, 2, 1, false}, {1, 2, 1, false}, {2, 2, 1, false}, {2, 2, 4, false},
-          {1, 3, 1, false, 20, 12}, {2, 3, 2, false, 20, 12}, {2, 1, 2, false}, {2, 2, 2, true}};
+  return {{0, 2, 1, false},
+          {1, 2, 1, false},
+          {2, 2, 1, false},
+          {2, 2, 4, false},
+          {1, 3, 1, false, 20, 12},
+          {2, 3, 2, false, 20, 12},
+          {2, 1, 2, false},
+          {2, 2, 2, true},
+          {3, 2, 1, false},
+          {3, 2, 4, false, 20, 16, 20'000},
+          {3, 3, 2, false, 20, 12, 0, false},
+          {3, 2, 2, false, 20, 16, 0, true, false},
+          {3, 2, 2, true, 20, 16, 20'000}};
 #endif
 }
 
@@ -166,13 +212,67 @@ std::vector<ZeroRun> memory_runs() {
 #else
   const std::vector<int> worlds = {2};
 #endif
-  for (int stage : {0, 1, 2})
+  for (int stage : {0, 1, 2, 3})
     for (int world : worlds) runs.push_back({stage, world, 1, true, 1});
   return runs;
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroMemory, ::testing::ValuesIn(memory_runs()),
                          [](const auto& info) { return info.param.name(); });
+
+// save_16bit_model: ZeRO-3 on two ranks writes the same whole weights as ZeRO-2 on two ranks after 5 steps (the
+// same per-rank batches and two-term gradient sums, so only the clipping norm's summation order differs), under the
+// model's own names; without stage3_gather_16bit_weights_on_model_save it saves nothing and
+// says why, as DeepSpeed does.
+TEST(Zero3Save, Gathered16BitWeightsEqualStage2s) {
+  const auto dir = temp_dir("zero3_save");
+  ZeroRun reference{2, 2, 1, false, 5};
+  reference.extra_args = "--save_16bit " + (dir / "stage2.safetensors").string();
+  train(reference);
+  ZeroRun sharded{3, 2, 1, false, 5};
+  sharded.gather_on_save = true;
+  sharded.extra_args = "--save_16bit " + (dir / "stage3.safetensors").string();
+  train(sharded);
+  const auto want = read_safetensors((dir / "stage2.safetensors").string());
+  const auto got = read_safetensors((dir / "stage3.safetensors").string());
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(want.count("h.0.attn.c_attn.weight"), 1u);
+  for (const auto& [name, value] : want) {
+    ASSERT_EQ(got.count(name), 1u) << name;
+    EXPECT_EQ(got.at(name).sizes(), value.sizes()) << name;
+    EXPECT_TRUE(torch::allclose(got.at(name), value, 1e-5, 1e-6))
+        << name << ": max difference " << (got.at(name) - value).abs().max().item<double>();
+  }
+
+  ZeroRun without = sharded;
+  without.gather_on_save = false;
+  without.extra_args = "--save_16bit " + (dir / "not_saved.safetensors").string();
+  train(without);
+  EXPECT_FALSE(std::filesystem::exists(dir / "not_saved.safetensors"));
+}
+
+// ZeRO-3's gathered (non-persistent) parameters at their peak: with DeepSpeed's default live/reuse limits the
+// tiny model's blocks all stay gathered from their forward to their backward; with max_live 1 and reuse distance
+// 0 only the root (embeddings, gathered for the whole micro-step) and the block in use exist at once.
+TEST(Zero3Memory, GatheredPeakFollowsLiveAndReuseSettings) {
+  const auto c = gpt::GptConfig::preset("tiny", 256);
+  const int64_t block = 12 * c.n_embd * c.n_embd + 13 * c.n_embd;
+  const int64_t root = (c.vocab_size + c.block_size) * c.n_embd;
+  const int64_t ln_f = 2 * c.n_embd;
+  const auto near = [](int64_t got, int64_t want) { return std::abs(double(got - want)) <= 0.02 * double(want); };
+
+  // Step 2's numbers: step 1 records the order, and only then can blocks be kept or prefetched.
+  ZeroRun keep{3, 2, 1, true, 2};
+  const auto kept = train(keep).back()["memory"];
+  EXPECT_TRUE(near(kept["gathered_peak"], 2 * (root + ln_f + c.n_layer * block))) << kept;
+
+  ZeroRun release = keep;
+  release.keep = false;
+  const auto released = train(release).back()["memory"];
+  EXPECT_TRUE(near(released["gathered_peak"], 2 * (root + ln_f + block))) << released;
+  // The model states themselves do not depend on these settings.
+  EXPECT_EQ(released["model_states"], kept["model_states"]);
+}
 
 }  // namespace
 }  // namespace dscpp::testing

@@ -74,7 +74,10 @@ torch::Tensor GptImpl::head(const torch::Tensor& x) {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   auto x = embed(idx);
-  for (auto& block : blocks_) x = block->forward(x);
+  for (auto& block : blocks_) {
+    auto call = [&block, &x] { return block->forward(x); };
+    x = block_runner_ ? block_runner_(*block, call) : call();
+  }
   return head(x);
 }
 

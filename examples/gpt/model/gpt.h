@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "model/block.h"
@@ -41,6 +42,11 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V)
   const std::vector<Block>& blocks() const { return blocks_; }
 
+  // How forward() calls each block: `run(block, call)` must return call()'s result. The default calls it directly;
+  // under ZeRO-3 the trainer routes it through Engine::run_unit so the block's parameters are gathered around it.
+  using BlockRunner = std::function<torch::Tensor(const torch::nn::Module& block, const std::function<torch::Tensor()>& call)>;
+  void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
+
   const GptConfig& config() const { return config_; }
 
   torch::nn::Embedding wte{nullptr};  // (V, C), also the LM head
@@ -53,6 +59,7 @@ class GptImpl : public torch::nn::Module {
 
   GptConfig config_;
   std::vector<Block> blocks_;  // the same modules as h, typed
+  BlockRunner block_runner_;
 };
 TORCH_MODULE(Gpt);
 

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dscpp/comm/dist_env.h"
 
@@ -62,6 +63,12 @@ class Comm {
   virtual Handle all_gather(torch::Tensor& output, const torch::Tensor& input) = 0;
   virtual Handle broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
+
+  // Every rank's `values` (the same count on each), rank-major, exchanged through the rendezvous store instead of
+  // the process group: never queued behind collectives in flight, so a check can run while data moves. Blocking,
+  // a few round trips to the store; for a handful of integers (ZeRO-3's order check), not for data. Every rank
+  // calls it the same number of times.
+  virtual std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) = 0;
 };
 
 // One process, no peers: every collective is the identity (or a copy). Used when WORLD_SIZE is unset or 1.

@@ -54,4 +54,22 @@ class PostAccumulateGradHook {
   uintptr_t key_ = 0;
 };
 
+// ZeRO-3 frees a gathered buffer while the model (and autograd's saved tensors) keep views of it, and later
+// re-allocates it in place: the views follow the storage, so parameters never have to be re-pointed. This is what
+// FSDP does with storage().resize_(0); LibTorch has no device-generic C++ spelling of that, so we swap the
+// StorageImpl's DataPtr through its own allocator (the caching allocator on CUDA).
+inline void release_storage(const torch::Tensor& tensor) {
+  auto* impl = tensor.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, tensor.device()));
+  impl->set_nbytes(0);
+}
+
+inline void allocate_storage(const torch::Tensor& tensor, size_t nbytes) {
+  auto* impl = tensor.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+inline size_t storage_bytes(const torch::Tensor& tensor) { return tensor.storage().nbytes(); }
+
 }  // namespace dscpp::compat

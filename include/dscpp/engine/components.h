@@ -22,7 +22,11 @@ torch::ScalarType to_scalar_type(DType dtype);
 // fp16 → static or dynamic scaler; fp32/bf16 → the unit scaler that stops on non-finite gradients.
 std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function<void(const std::string&)> log);
 
+// Stages 0-2 over the engine's FlatParams (context.flat).
 std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context);
+
+// The stage3_* settings for make_stage3.
+Zero3Options zero3_options(const ZeroConfig& zero);
 
 // DeepSpeed's gradient averaging: with prescale_gradients the gradients are divided by the world size before the
 // sum over ranks; otherwise by gradient_predivide_factor f before and multiplied by f / world_size after.

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
@@ -26,6 +27,10 @@ struct InitOptions {
   std::shared_ptr<Comm> comm;                        // default: init_comm(DistEnv::from_env())
   std::optional<OptimizerConfig> client_optimizer;   // used when the config has no "optimizer" section
   std::function<void(const std::string&)> log;       // rank 0's log sink; default: stderr on rank 0
+  // ZeRO-3: submodules whose parameters are gathered and released together (a transformer block each, as FSDP2's
+  // fully_shard units). Run each one's forward through Engine::run_unit. Parameters outside every unit are
+  // gathered for the whole forward and backward. Ignored by stages 0-2.
+  std::vector<std::shared_ptr<torch::nn::Module>> gather_units;
 };
 
 // What the last accumulation boundary did.
@@ -45,8 +50,17 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Runs the model's forward: `loss_fn` computes the micro-batch's mean loss.
-  torch::Tensor forward(const std::function<torch::Tensor()>& loss_fn) { return loss_fn(); }
+  // Runs the model's forward: `loss_fn` computes the micro-batch's mean loss. Under ZeRO-3 the parameters
+  // outside the gather units are gathered around it, so there the forward must run inside it.
+  torch::Tensor forward(const std::function<torch::Tensor()>& loss_fn);
+
+  // Inside forward: runs `unit`'s forward (one of InitOptions::gather_units). Under ZeRO-3 its parameters are
+  // gathered first (prefetched once the order is known), gathered again before its backward and released after
+  // each; other stages just call `unit_forward`. A unit's parameters must not be touched outside its run_unit
+  // under ZeRO-3: between uses they hold no memory.
+  torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward) {
+    return stage_->run_unit(unit, unit_forward);
+  }
 
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward into the flat gradient buffer.
   void backward(const torch::Tensor& loss);
@@ -61,7 +75,7 @@ class Engine {
   Comm& comm() { return *comm_; }
   int rank() const { return comm_->rank(); }
   int world_size() const { return comm_->world_size(); }
-  torch::ScalarType compute_dtype() const { return flat_->dtype(); }
+  torch::ScalarType compute_dtype() const { return dtype_; }
 
   int64_t global_steps() const { return global_steps_; }
   int64_t micro_steps() const { return micro_steps_; }
@@ -70,6 +84,18 @@ class Engine {
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;
+  StageTimers stage_timers() const { return stage_->timers(); }
+
+  // fn(name, value) for every trainable parameter with its whole current value, in the compute dtype. Under
+  // ZeRO-3 the parameters are gathered one group at a time for the call (and released after), so every rank must
+  // call it; elsewhere they are the model's own tensors.
+  void visit_parameters(const ZeroStage::ParamVisitor& fn) { stage_->visit_params(fn); }
+
+  // DeepSpeed's save_16bit_model: every trainable parameter, whole, in the compute dtype, as one safetensors file
+  // written by rank 0 (names as the model's named_parameters()). Collective: every rank calls it. Under ZeRO-3 it
+  // needs zero_optimization.stage3_gather_16bit_weights_on_model_save, as in DeepSpeed, and then streams one
+  // gathered group at a time (never the whole model in memory); without the key it logs why and returns false.
+  bool save_16bit_model(const std::string& path);
 
  private:
   void update(StepReport& report);
@@ -79,7 +105,9 @@ class Engine {
   std::shared_ptr<torch::nn::Module> model_;
   std::shared_ptr<Comm> comm_;
   std::function<void(const std::string&)> log_;
-  std::unique_ptr<FlatParams> flat_;
+  torch::ScalarType dtype_;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> param_shapes_;  // trainable parameters, as collected
+  std::unique_ptr<FlatParams> flat_;  // stages 0-2: every parameter as a view of one buffer; stage 3 has none
   std::unique_ptr<ZeroStage> stage_;
   std::unique_ptr<FlatOptimizer> optimizer_;
   std::unique_ptr<LRSchedule> schedule_;

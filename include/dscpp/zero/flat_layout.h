@@ -33,6 +33,7 @@ class FlatLayout {
   struct Param {
     std::string name;
     std::vector<int64_t> shape;
+    bool starts_group = false;  // close the open group before this parameter (ZeRO-3: one group per block)
   };
 
   // A parameter never straddles two groups; one larger than `group_numel` forms a group of its own.

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,12 @@ class FlatParams {
   // After a backward: throws if autograd replaced a .grad instead of accumulating into it (create_graph=true does),
   // which would silently lose that micro-step's gradient.
   void check_grads_attached() const;
+
+  // fn(name, parameter) for every parameter, in layout order (stages 0-2's visit_params).
+  void visit(const std::function<void(const std::string&, const torch::Tensor&)>& fn) const;
+
+  // A copy of rank `rank`'s shard of every group, in group order (partition_numel elements).
+  torch::Tensor partition(int rank) const;
 
   // The slice of `flat` (any tensor shaped like the buffer) that holds slot `i`, shaped like the parameter.
   torch::Tensor slot_view(const torch::Tensor& flat, size_t i) const;

@@ -1,8 +1,8 @@
-// ShardedMaster: this rank's partitions for the sharded stages (1, 2) — the fp32 master weights, the gradient
+// ShardedMaster: this rank's partitions for the sharded stages (1, 2, 3) — the fp32 master weights, the gradient
 // shard accumulated over micro-steps (in the communication dtype, as DeepSpeed keeps it: 2Ψ/N bytes for 16-bit
 // training), and the fp32 copy of that shard the optimizer reads, alive only from the boundary to zero_grads().
-// Also the two collectives that connect them to the whole-model buffers: reduce-scatter of a group's gradients
-// into the shard, and all-gather of the updated master back into every rank's compute-dtype parameters.
+// Also the collectives that connect them to the whole-model buffers: reduce-scatter of a group's gradients into the
+// shard, and (stages 1, 2) all-gather of the updated master back into every rank's compute-dtype parameters.
 #pragma once
 
 #include <torch/torch.h>
@@ -15,8 +15,9 @@ namespace dscpp {
 
 class ShardedMaster {
  public:
-  // Copies this rank's shards of the current parameters into a new fp32 master partition.
-  explicit ShardedMaster(const StageContext& context);
+  // `partition` is this rank's shard of every group of `layout`, in group order (partition_numel elements, compute
+  // dtype). It becomes the master when it is fp32 (no second copy); otherwise the master is its fp32 copy.
+  ShardedMaster(const StageContext& context, const FlatLayout& layout, const torch::Tensor& partition);
 
   torch::Tensor& params() { return master_; }  // (partition_numel) fp32
 
@@ -32,9 +33,10 @@ class ShardedMaster {
   void zero_grads();
 
   // All-gathers every group's updated master shard into the compute-dtype parameters on every rank.
-  void publish();
+  void publish(FlatParams& flat);
 
   torch::Tensor local_grad_sq_norm() const;
+  // Bytes of the fp32 master (stage 3 in fp32 shares them with its parameter shard and counts them there).
   int64_t master_bytes() const { return master_.nbytes(); }
   int64_t shard_bytes() const { return grad_shard_.nbytes(); }
   // The fp32 gradient partition while it exists (boundary to zero_grads), 0 when it is the shard itself.
@@ -42,7 +44,7 @@ class ShardedMaster {
 
  private:
   StageContext ctx_;
-  FlatParams& flat_;
+  const FlatLayout& layout_;
   torch::Tensor master_;        // (partition_numel) fp32: rank r's shard of every group, in group order
   torch::Tensor grad_shard_;    // (partition_numel) communication dtype: reduced gradients, summed over micro-steps
   torch::Tensor master_grads_;  // (partition_numel) fp32: grad_shard_ widened for the optimizer

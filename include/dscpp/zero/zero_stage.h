@@ -1,15 +1,20 @@
 // ZeroStage: the strategy that decides what each rank stores and how gradients and parameters move (SPEC §3.6).
 // Chosen once at initialize; the engine calls the same methods whatever the stage, in the order of one step:
-//   before_backward → (autograd) → after_backward, each micro-step; at the boundary reduce_gradients →
-//   [engine: agreed norm/overflow, unscale + clip, optimizer on master_params()] → publish_params → zero_grads.
+//   before_forward → (model, with run_unit per block) → after_forward → before_backward → (autograd) →
+//   after_backward, each micro-step; at the boundary reduce_gradients → [engine: agreed norm/overflow, unscale +
+//   clip, optimizer on master_params()] → publish_params → zero_grads.
+// Only stage 3 does anything around the forward: stages 0-2 keep whole parameters on every rank.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/zero/flat_params.h"
@@ -22,6 +27,16 @@ struct StageMemory {
   int64_t grads16 = 0;       // compute-dtype gradients kept between micro-steps (whole model for 0-1, none for 2)
   int64_t master = 0;        // fp32 master weights on this rank (0 when they are the fp32 params themselves)
   int64_t buffers = 0;       // fp32 gradient partition for the optimizer and communication buckets
+  // ZeRO-3 only. Persistent parameters stay gathered (their bytes are part of params16); the others are gathered
+  // per block while in use, and gathered_peak is the most of those held at once since initialize.
+  int64_t persistent = 0;
+  int64_t gathered_peak = 0;
+};
+
+// Where a stage spent time waiting for communication, cumulative since initialize.
+struct StageTimers {
+  int64_t gathers = 0;        // ZeRO-3 parameter all-gathers issued (prefetched or on demand)
+  double gather_wait_s = 0;   // time the forward/backward was blocked waiting for them
 };
 
 class ZeroStage {
@@ -29,6 +44,14 @@ class ZeroStage {
   virtual ~ZeroStage() = default;
 
   virtual int stage() const = 0;
+
+  // Around the model's forward (Engine::forward) and each gather unit inside it (Engine::run_unit). Stage 3
+  // gathers parameters here; the others run the forward as it is.
+  virtual void before_forward() {}
+  virtual void after_forward(const torch::Tensor& /*loss*/) {}
+  virtual torch::Tensor run_unit(const torch::nn::Module& /*unit*/, const std::function<torch::Tensor()>& forward) {
+    return forward();
+  }
 
   // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
   // after_backward; the others only keep their gradient buffer attached.
@@ -51,13 +74,19 @@ class ZeroStage {
 
   virtual void zero_grads() = 0;
 
+  // Calls fn(name, value) for every trainable parameter with its whole current value (compute dtype). Stage 3
+  // gathers one group at a time for it, so it is collective there: every rank calls it.
+  using ParamVisitor = std::function<void(const std::string& name, const torch::Tensor& value)>;
+  virtual void visit_params(const ParamVisitor& fn) = 0;
+
   virtual StageMemory memory() const = 0;
+  virtual StageTimers timers() const { return {}; }
 };
 
 // What every stage is built from.
 struct StageContext {
   std::shared_ptr<Comm> comm;
-  FlatParams* flat = nullptr;                   // owned by the engine; outlives the stage
+  FlatParams* flat = nullptr;                   // stages 0-2: owned by the engine; outlives the stage
   std::optional<torch::ScalarType> comm_dtype;  // "communication_data_type"; nullopt = the compute dtype
   bool overlap_comm = false;                    // stage 2: reduce buckets while backward runs
   // Gradients are divided by grad_pre_divide before the sum over ranks and the sum multiplied by grad_post_scale,
@@ -76,5 +105,26 @@ std::unique_ptr<ZeroStage> make_stage0(const StageContext& context);
 std::unique_ptr<ZeroStage> make_stage1(const StageContext& context);
 // Stage 2: gradients sharded too; each bucket is reduce-scattered as soon as backward has produced it.
 std::unique_ptr<ZeroStage> make_stage2(const StageContext& context);
+
+// What stage 3 partitions instead of a FlatParams: the model's trainable parameters (cast to the compute dtype)
+// and the blocks whose parameters are gathered and released together.
+struct PartitionedModel {
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  std::vector<std::pair<std::string, const torch::nn::Module*>> units;  // (name in the model, module), in order
+};
+
+// The stage3_* settings of "zero_optimization", in elements.
+struct Zero3Options {
+  int64_t prefetch_bucket_size = 50'000'000;       // gathers issued ahead of use, at most this many elements
+  int64_t param_persistence_threshold = 100'000;   // parameters smaller than this stay gathered
+  int64_t max_live_parameters = 1'000'000'000;     // gathered elements held at once (the demanded block excepted)
+  int64_t max_reuse_distance = 1'000'000'000;      // keep a block gathered if it is needed again within this many
+};
+
+// Stage 3: the 16-bit parameters sharded too. Each rank keeps 1/N of every group; a unit's group is gathered
+// for its forward, again for its backward, and released after each; gradients are reduce-scattered as each
+// group's backward finishes. Every rank starts from rank 0's values.
+std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, Zero3Options options);
 
 }  // namespace dscpp

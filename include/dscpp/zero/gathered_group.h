@@ -1,0 +1,53 @@
+// GatheredGroup: the parameter record of one ZeRO-3 group (a block's parameters, or the persistent small ones).
+// This rank keeps only its shard (a slice of the stage's 16-bit partition). While the group is in use its whole
+// flat buffer exists and the module's parameters are views into it; released, the buffer's memory is returned to
+// the allocator while those views stay in place (see compat::release_storage), so nothing is re-pointed.
+//
+// States: kSharded → (start_gather) → kGathering → (wait_gathered) → kGathered → (release) → kSharded. Every
+// transition is idempotent: gathering a gathered group or releasing a sharded one does nothing.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+
+#include "dscpp/comm/comm.h"
+
+namespace dscpp {
+
+class GatheredGroup {
+ public:
+  enum class State { kSharded, kGathering, kGathered };
+
+  // `buffer`: the group's flat buffer (numel = shard.numel() × world size), holding the parameters as views;
+  // `shard`: this rank's slice of it, stored in the stage's partition. Starts gathered.
+  GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard);
+
+  const std::string& name() const { return name_; }
+  State state() const { return state_; }
+  int64_t numel() const { return numel_; }
+  int64_t bytes() const { return numel_ * static_cast<int64_t>(shard_.element_size()); }
+  // Bytes this group's buffer holds right now: bytes() unless sharded.
+  int64_t live_bytes() const { return state_ == State::kSharded ? 0 : bytes(); }
+
+  // kSharded → kGathering: allocates the buffer and starts the all-gather of every rank's shard into it.
+  void start_gather(Comm& comm);
+  // → kGathered, gathering first if sharded.
+  void wait_gathered(Comm& comm);
+  // → kSharded: waits for a gather still in flight (every rank issued it), then frees the buffer's memory.
+  void release();
+
+  const torch::Tensor& buffer() const { return buffer_; }
+  const torch::Tensor& shard() const { return shard_; }
+
+ private:
+  std::string name_;
+  torch::Tensor buffer_;
+  torch::Tensor shard_;
+  int64_t numel_;
+  State state_ = State::kGathered;
+  Handle gather_;
+};
+
+}  // namespace dscpp

@@ -1,0 +1,418 @@
+// Stage 3: parameters sharded too (SPEC §3.6). Each rank keeps its 1/N shard of every group in one 16-bit partition
+// (the optimizer's fp32 master is that partition's copy, or the partition itself in fp32). Groups: the persistent
+// small parameters (gathered at all times), the root (whatever no unit owns: embeddings, final norm), then one per
+// unit (block) in the order given.
+//
+// One micro-step, as the stage sees it:
+//   before_forward      demand the root group (gather it, prefetch what the record says comes next)
+//   run_unit(b)         demand b's group; run b; hook b's output gradient to demand it again before b's backward;
+//                       release b unless it is needed again soon (stage3_max_reuse_distance)
+//   backward            each parameter's gradient goes into its group's bucket; a group whose gradients are all in
+//                       is released and, in descending group order, reduce-scattered into this rank's shard
+//   after_backward      reduce what is left, wait, release every non-persistent group
+// Every demand (and boundary) is checked across ranks first (OrderCheck), so ranks that diverge stop with an error
+// instead of pairing mismatched collectives.
+#include <chrono>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <unordered_map>
+
+#include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/gather_order.h"
+#include "dscpp/zero/gathered_group.h"
+#include "dscpp/zero/in_flight.h"
+#include "dscpp/zero/order_check.h"
+#include "dscpp/zero/sharded_master.h"
+#include "dscpp/zero/zero_stage.h"
+
+namespace dscpp {
+namespace {
+
+// Which group each parameter goes to, before the layout numbers them.
+struct Placement {
+  std::vector<int> kind_of_param;      // 0 persistent, 1 root, 2 + u for unit u
+  std::vector<std::string> kind_name;  // per kind, for errors and the log
+};
+
+Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
+  std::unordered_map<const c10::TensorImpl*, int> unit_of;
+  for (size_t u = 0; u < model.units.size(); ++u) {
+    for (const auto& p : model.units[u].second->parameters(/*recurse=*/true)) {
+      unit_of.emplace(p.unsafeGetTensorImpl(), static_cast<int>(u));  // the first unit that holds it owns it
+    }
+  }
+  Placement out;
+  out.kind_name = {"persistent parameters", "root parameters (outside every unit)"};
+  for (const auto& unit : model.units) out.kind_name.push_back(unit.first);
+  for (const auto& p : model.params) {
+    if (p.numel() < persistence_threshold) {
+      out.kind_of_param.push_back(0);
+    } else if (auto it = unit_of.find(p.unsafeGetTensorImpl()); it != unit_of.end()) {
+      out.kind_of_param.push_back(2 + it->second);
+    } else {
+      out.kind_of_param.push_back(1);
+    }
+  }
+  return out;
+}
+
+class Stage3 final : public ZeroStage {
+ public:
+  Stage3(const StageContext& context, PartitionedModel model, const Zero3Options& options)
+      : ctx_(context), options_(options), placement_(place(model, options.param_persistence_threshold)) {
+    order_params(model);
+    layout_ = std::make_unique<FlatLayout>(describe_params(), ctx_.comm->world_size(),
+                                           std::numeric_limits<int64_t>::max());
+    const auto& front = params_.front();
+    partition_ = torch::empty({layout_->partition_numel()}, front.options().requires_grad(false));
+    build_groups();
+    master_ = std::make_unique<ShardedMaster>(ctx_, *layout_, partition_);
+    check_ = std::make_unique<OrderCheck>(ctx_.comm, [this](int64_t g) { return group_name(g); });
+    in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
+    const size_t n_groups = groups_.size();
+    used_.assign(n_groups, false);
+    remaining_.assign(n_groups, 0);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].mutable_grad() = torch::Tensor();
+      hooks_.push_back(std::make_unique<compat::PostAccumulateGradHook>(params_[i], [this, i] { on_grad_ready(i); }));
+    }
+  }
+
+  int stage() const override { return 3; }
+
+  void before_forward() override {
+    if (!in_micro_step_) begin_micro_step();
+    if (root_group_ >= 0) demand(root_group_);
+  }
+
+  void after_forward(const torch::Tensor& loss) override {
+    // A forward with nothing to differentiate (evaluation) ends here: nothing will come back for the parameters.
+    if (in_micro_step_ && !(loss.defined() && loss.requires_grad())) {
+      release_all();
+      order_.end_micro_step();
+      in_micro_step_ = false;
+    }
+  }
+
+  torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& forward) override {
+    auto it = unit_group_.find(&unit);
+    if (it == unit_group_.end()) {
+      throw std::invalid_argument("ZeRO-3 run_unit: this module is not one of the gather units passed to "
+                                  "dscpp::initialize (InitOptions::gather_units)");
+    }
+    if (!in_micro_step_) {
+      throw std::logic_error("ZeRO-3 run_unit(" + it->second.second +
+                             ") outside Engine::forward: run the model inside engine->forward([&] { ... }) so the "
+                             "parameters outside the units are gathered too");
+    }
+    const int group = it->second.first;
+    if (group < 0) return forward();  // every parameter of this unit is persistent
+    demand(group);
+    auto out = forward();
+    if (out.requires_grad()) {
+      // Fires when the gradient of the unit's output is complete, i.e. right before the unit's own backward.
+      out.register_hook([this, group](const torch::Tensor&) { demand(group); });
+    }
+    release_unless_reused(group);
+    return out;
+  }
+
+  void before_backward() override {
+    if (!in_micro_step_) {
+      throw std::logic_error("ZeRO-3: engine->backward without engine->forward: run the model inside "
+                             "engine->forward([&] { ... }) so its parameters are gathered and the step is tracked");
+    }
+    in_backward_ = true;
+  }
+
+  void after_backward() override {
+    in_backward_ = false;
+    launch_ready(/*all=*/true);
+    in_flight_->drain();
+    release_all();
+    order_.end_micro_step();
+    in_micro_step_ = false;
+    ++micro_steps_;
+  }
+
+  void reduce_gradients() override {
+    // A rank that ran fewer micro-steps than the others arrives here while they gather: say so, on every rank.
+    check_->expect_same({OrderPoint::kBoundary, -1, micro_steps_, 0});
+    master_->prepare_master_grads();
+  }
+
+  torch::Tensor& master_params() override { return master_->params(); }
+  torch::Tensor& master_grads() override { return master_->master_grads(); }
+  torch::Tensor local_grad_sq_norm() override { return master_->local_grad_sq_norm(); }
+
+  // The updated master becomes this rank's 16-bit shard; only the persistent group is gathered now, the others
+  // when the next forward needs them.
+  void publish_params() override {
+    torch::NoGradGuard no_grad;
+    if (!master_->params().is_same(partition_)) partition_.copy_(master_->params());
+    if (persistent_group_ >= 0) {
+      auto& g = groups_[persistent_group_];
+      g.release();
+      g.wait_gathered(*ctx_.comm);
+    }
+  }
+
+  void zero_grads() override { master_->zero_grads(); }
+
+  // Group by group: at most one non-persistent group is gathered at a time.
+  void visit_params(const ParamVisitor& fn) override {
+    if (in_micro_step_) throw std::logic_error("ZeRO-3 visit_params: called between a forward and its backward");
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const auto& group = layout_->groups()[g];
+      groups_[g].wait_gathered(*ctx_.comm);
+      for (int i = group.param_begin; i < group.param_end; ++i) fn(names_[i], params_[i]);
+      if (!persistent(static_cast<int>(g))) groups_[g].release();
+    }
+  }
+
+  StageMemory memory() const override {
+    StageMemory m;
+    m.persistent = persistent_group_ >= 0 ? groups_[persistent_group_].bytes() : 0;
+    m.params16 = partition_.nbytes() + live_bytes(/*persistent_too=*/true);
+    m.grads16 = master_->shard_bytes();
+    m.master = master_->params().is_same(partition_) ? 0 : master_->master_bytes();
+    int64_t largest = 0;
+    for (const auto& g : groups_) largest = std::max(largest, g.bytes());
+    // Buckets being filled or reduced (each reduction may hold one fallback copy), and the boundary's fp32 gradient.
+    m.buffers = master_->master_grad_bytes() + largest * static_cast<int64_t>(2 * in_flight_->limit() + 2);
+    m.gathered_peak = gathered_peak_;
+    return m;
+  }
+
+  StageTimers timers() const override { return timers_; }
+
+ private:
+  // Parameters ordered by group kind (persistent, root, units), stable within a kind.
+  void order_params(PartitionedModel& model) {
+    const size_t kinds = placement_.kind_name.size();
+    for (size_t k = 0; k < kinds; ++k) {
+      for (size_t i = 0; i < model.params.size(); ++i) {
+        if (placement_.kind_of_param[i] != static_cast<int>(k)) continue;
+        params_.push_back(model.params[i]);
+        names_.push_back(model.names[i]);
+        kinds_.push_back(static_cast<int>(k));
+      }
+    }
+    if (params_.empty()) throw std::invalid_argument("ZeRO-3: the model has no trainable parameters");
+    units_ = std::move(model.units);
+  }
+
+  std::vector<FlatLayout::Param> describe_params() const {
+    std::vector<FlatLayout::Param> out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      out.push_back({names_[i], params_[i].sizes().vec(), i == 0 || kinds_[i] != kinds_[i - 1]});
+    }
+    return out;
+  }
+
+  // Per group: a buffer filled with rank 0's values, this rank's shard copied out of it, the parameters re-pointed
+  // into it, and the buffer released unless persistent. At most one group's buffer exists beyond the model's own
+  // parameters, whose storage goes as each is re-pointed.
+  void build_groups() {
+    torch::NoGradGuard no_grad;
+    const int rank = ctx_.comm->rank();
+    const auto& groups = layout_->groups();
+    groups_.reserve(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto& group = groups[g];
+      auto buffer = torch::zeros({group.numel}, partition_.options());
+      for (int i = group.param_begin; i < group.param_end; ++i) {
+        const auto& slot = layout_->slots()[i];
+        buffer.narrow(0, slot.offset - group.offset, slot.numel).copy_(params_[i].detach().reshape(-1));
+      }
+      ctx_.comm->broadcast(buffer, 0).wait();
+      auto shard = partition_.narrow(0, group.partition_offset, group.shard_numel);
+      shard.copy_(buffer.narrow(0, rank * group.shard_numel, group.shard_numel));
+      for (int i = group.param_begin; i < group.param_end; ++i) {
+        const auto& slot = layout_->slots()[i];
+        params_[i].set_data(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
+      }
+      const int kind = kinds_[group.param_begin];
+      groups_.emplace_back(placement_.kind_name[kind], buffer, shard);
+      if (kind == 0) {
+        persistent_group_ = static_cast<int>(g);
+      } else {
+        groups_.back().release();
+        if (kind == 1) root_group_ = static_cast<int>(g);
+      }
+      group_numel_.push_back(group.numel);
+    }
+    // Units map to their group; a unit whose parameters are all persistent (or that has none) maps to -1.
+    for (size_t u = 0; u < units_.size(); ++u) {
+      int group = -1;
+      for (size_t g = 0; g < groups.size(); ++g) {
+        if (kinds_[groups[g].param_begin] == static_cast<int>(2 + u)) group = static_cast<int>(g);
+      }
+      unit_group_[units_[u].second] = {group, units_[u].first};
+    }
+  }
+
+  std::string group_name(int64_t g) const {
+    return g >= 0 && g < static_cast<int64_t>(groups_.size()) ? groups_[g].name() : "group " + std::to_string(g);
+  }
+
+  bool persistent(int g) const { return g == persistent_group_; }
+
+  int64_t live_bytes(bool persistent_too) const {
+    int64_t total = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (persistent_too || !persistent(static_cast<int>(g))) total += groups_[g].live_bytes();
+    }
+    return total;
+  }
+
+  int64_t live_numel() const {
+    int64_t total = 0;
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (!persistent(static_cast<int>(g)) && groups_[g].state() != GatheredGroup::State::kSharded) {
+        total += groups_[g].numel();
+      }
+    }
+    return total;
+  }
+
+  void begin_micro_step() {
+    in_micro_step_ = true;
+    demands_ = 0;
+    order_.begin_micro_step();
+    const auto& groups = layout_->groups();
+    for (size_t g = 0; g < groups.size(); ++g) {
+      used_[g] = persistent(static_cast<int>(g));
+      remaining_[g] = groups[g].param_end - groups[g].param_begin;
+    }
+    next_launch_ = static_cast<int>(groups.size()) - 1;
+    buckets_.clear();
+  }
+
+  // Group g is needed now: gather it (or wait for its prefetch), then gather ahead what the record says follows.
+  void demand(int g) {
+    check_->expect_same({OrderPoint::kDemand, g, micro_steps_, demands_++});
+    order_.demand(g);
+    used_[g] = true;
+    if (groups_[g].state() != GatheredGroup::State::kGathered) {
+      if (groups_[g].state() == GatheredGroup::State::kSharded) ++timers_.gathers;
+      const auto start = std::chrono::steady_clock::now();
+      groups_[g].wait_gathered(*ctx_.comm);
+      timers_.gather_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    gathered_peak_ = std::max(gathered_peak_, live_bytes(/*persistent_too=*/false));
+    if (order_.replaying()) prefetch();
+  }
+
+  // Issues gathers for the next recorded demands, nearest first, while they fit in stage3_prefetch_bucket_size
+  // (counting those already in flight) and stage3_max_live_parameters (counting everything gathered).
+  void prefetch() {
+    int64_t ahead = 0;
+    int64_t live = live_numel();
+    for (int g : order_.upcoming()) {
+      auto& group = groups_[g];
+      if (persistent(g) || group.state() == GatheredGroup::State::kGathered) continue;
+      if (group.state() == GatheredGroup::State::kGathering) {
+        ahead += group.numel();
+        continue;
+      }
+      if (ahead + group.numel() > options_.prefetch_bucket_size) break;
+      if (live + group.numel() > options_.max_live_parameters) break;
+      group.start_gather(*ctx_.comm);
+      ++timers_.gathers;
+      ahead += group.numel();
+      live += group.numel();
+    }
+  }
+
+  // After a unit's forward: keep its group gathered only if the record says it is needed again within
+  // stage3_max_reuse_distance elements of other gathers, and keeping it stays within stage3_max_live_parameters.
+  void release_unless_reused(int g) {
+    const auto distance = order_.reuse_distance(g, group_numel_);
+    const bool keep = distance && *distance <= options_.max_reuse_distance &&
+                      live_numel() <= options_.max_live_parameters;
+    if (!keep) groups_[g].release();
+  }
+
+  void release_all() {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (!persistent(static_cast<int>(g))) groups_[g].release();
+    }
+  }
+
+  torch::Tensor& bucket(int g) {
+    auto it = buckets_.find(g);
+    if (it == buckets_.end()) it = buckets_.emplace(g, torch::zeros({group_numel_[g]}, partition_.options())).first;
+    return it->second;
+  }
+
+  void on_grad_ready(size_t i) {
+    if (!in_backward_) {
+      throw std::logic_error("ZeRO stage 3 received a gradient outside Engine::backward: call engine->backward(loss) "
+                             "instead of loss.backward(), so the loss is scaled and the gradient reduced");
+    }
+    auto& param = params_[i];
+    const auto& slot = layout_->slots()[i];
+    const auto& group = layout_->groups()[slot.group];
+    bucket(slot.group).narrow(0, slot.offset - group.offset, slot.numel).copy_(param.grad().reshape(-1));
+    param.mutable_grad() = torch::Tensor();
+    // All of the group's gradients are in, so its backward no longer needs the gathered values.
+    if (--remaining_[slot.group] == 0 && !persistent(slot.group)) groups_[slot.group].release();
+    launch_ready(/*all=*/false);
+  }
+
+  // Groups are reduced in descending order, each after every later one, so all ranks issue the same collectives
+  // in the same order; a group no rank used this micro-step (a skipped unit) has nothing to reduce.
+  void launch_ready(bool all) {
+    while (next_launch_ >= 0) {
+      const int g = next_launch_;
+      if (used_[g]) {
+        if (!all && remaining_[g] > 0) return;
+        auto grads = std::move(bucket(g));
+        buckets_.erase(g);
+        in_flight_->push(master_->reduce_group(g, grads), {grads});
+      }
+      --next_launch_;
+    }
+  }
+
+  StageContext ctx_;
+  Zero3Options options_;
+  Placement placement_;
+  std::vector<torch::Tensor> params_;  // in layout order
+  std::vector<std::string> names_;
+  std::vector<int> kinds_;
+  std::vector<std::pair<std::string, const torch::nn::Module*>> units_;
+  std::unique_ptr<FlatLayout> layout_;
+  torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group
+  std::vector<GatheredGroup> groups_;
+  std::vector<int64_t> group_numel_;
+  std::unordered_map<const torch::nn::Module*, std::pair<int, std::string>> unit_group_;
+  int persistent_group_ = -1;
+  int root_group_ = -1;
+  std::unique_ptr<ShardedMaster> master_;
+  std::unique_ptr<OrderCheck> check_;
+  std::unique_ptr<InFlight> in_flight_;
+  std::vector<std::unique_ptr<compat::PostAccumulateGradHook>> hooks_;
+  GatherOrder order_;
+
+  bool in_micro_step_ = false;
+  bool in_backward_ = false;
+  int64_t micro_steps_ = 0;  // completed forward+backward passes
+  int64_t demands_ = 0;      // demands so far this micro-step
+  std::vector<bool> used_;   // per group: demanded this micro-step
+  std::vector<int> remaining_;
+  int next_launch_ = -1;
+  std::map<int, torch::Tensor> buckets_;
+  int64_t gathered_peak_ = 0;
+  StageTimers timers_;
+};
+
+}  // namespace
+
+std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, Zero3Options options) {
+  return std::make_unique<Stage3>(context, std::move(model), options);
+}
+
+}  // namespace dscpp

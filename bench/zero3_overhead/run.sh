@@ -46,5 +46,5 @@ echo "  ZeRO-2                 : $s2 ms/step (median)"
 echo "  ZeRO-3                 : $s3 ms/step, gather wait $w3 s/step"
 echo "  ZeRO-3, prefetch off   : $s3n ms/step, gather wait $w3n s/step"
 awk -v a="$s2" -v b="$s3" 'BEGIN { printf "  ratio ZeRO-3 / ZeRO-2: %.3f (target <= 1.15)\n", b / a }'
-awk -v w="$w3" -v n="$w3n" 'BEGIN { printf "  all-gather wait hidden by prefetch: %.1f%%\n", n > 0 ? 100 * (1 - w / n) : 0 }'
+awk -v w="$w3" -v n="$w3n" 'BEGIN { printf "  all-gather wait hidden by prefetch: %.1f%%\n", (n > 0) ? 100 * (1 - w / n) : 0 }'
 grep -h "ZeRO stage 3" "$OUT/stage3.log" | head -1

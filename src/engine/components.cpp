@@ -59,15 +59,6 @@ std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageCo
   return nullptr;
 }
 
-Zero3Options zero3_options(const ZeroConfig& zero) {
-  Zero3Options o;
-  o.prefetch_bucket_size = zero.stage3_prefetch_bucket_size;
-  o.param_persistence_threshold = zero.stage3_param_persistence_threshold;
-  o.max_live_parameters = zero.stage3_max_live_parameters;
-  o.max_reuse_distance = zero.stage3_max_reuse_distance;
-  return o;
-}
-
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context) {
   if (config.prescale_gradients) {
     context.grad_pre_divide = world_size;

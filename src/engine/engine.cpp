@@ -94,7 +94,6 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
-  for (size_t i = 0; i < params.size(); ++i) param_shapes_.emplace_back(names[i], params[i].sizes().vec());
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
     const bool cuda = !params.empty() && params.front().is_cuda();
@@ -115,7 +114,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   if (config_.zero.stage == 3) {
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
     PartitionedModel partitioned{params, names, unit_names(*model_, options.gather_units)};
-    stage_ = make_stage3(context, std::move(partitioned), zero3_options(config_.zero));
+    stage_ = make_stage3(context, std::move(partitioned), config_.zero);
   } else {
     // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
     flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype_, config_.zero.reduce_bucket_size);
@@ -241,8 +240,12 @@ bool Engine::save_16bit_model(const std::string& path) {
   std::unique_ptr<SafetensorsWriter> writer;
   std::string error;
   if (rank() == 0) {
+    // The same parameters, names and order the stage visits; their sizes stay valid while ZeRO-3 holds no storage.
+    std::vector<torch::Tensor> params;
+    std::vector<std::string> names;
+    collect_params(*model_, params, names);
     std::vector<TensorInfo> infos;
-    for (const auto& [name, shape] : param_shapes_) infos.push_back({name, dtype_, shape});
+    for (size_t i = 0; i < params.size(); ++i) infos.push_back({names[i], dtype_, params[i].sizes().vec()});
     try {
       writer = std::make_unique<SafetensorsWriter>(path, infos, std::map<std::string, std::string>{{"format", "pt"}});
     } catch (const std::exception& e) {

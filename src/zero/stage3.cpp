@@ -59,8 +59,8 @@ Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
 
 class Stage3 final : public ZeroStage {
  public:
-  Stage3(const StageContext& context, PartitionedModel model, const Zero3Options& options)
-      : ctx_(context), options_(options), placement_(place(model, options.param_persistence_threshold)) {
+  Stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero)
+      : ctx_(context), zero_(zero), placement_(place(model, zero.stage3_param_persistence_threshold)) {
     order_params(model);
     layout_ = std::make_unique<FlatLayout>(describe_params(), ctx_.comm->world_size(),
                                            std::numeric_limits<int64_t>::max());
@@ -317,8 +317,8 @@ class Stage3 final : public ZeroStage {
         ahead += group.numel();
         continue;
       }
-      if (ahead + group.numel() > options_.prefetch_bucket_size) break;
-      if (live + group.numel() > options_.max_live_parameters) break;
+      if (ahead + group.numel() > zero_.stage3_prefetch_bucket_size) break;
+      if (live + group.numel() > zero_.stage3_max_live_parameters) break;
       group.start_gather(*ctx_.comm);
       ++timers_.gathers;
       ahead += group.numel();
@@ -330,8 +330,8 @@ class Stage3 final : public ZeroStage {
   // stage3_max_reuse_distance elements of other gathers, and keeping it stays within stage3_max_live_parameters.
   void release_unless_reused(int g) {
     const auto distance = order_.reuse_distance(g, group_numel_);
-    const bool keep = distance && *distance <= options_.max_reuse_distance &&
-                      live_numel() <= options_.max_live_parameters;
+    const bool keep = distance && *distance <= zero_.stage3_max_reuse_distance &&
+                      live_numel() <= zero_.stage3_max_live_parameters;
     if (!keep) groups_[g].release();
   }
 
@@ -378,7 +378,7 @@ class Stage3 final : public ZeroStage {
   }
 
   StageContext ctx_;
-  Zero3Options options_;
+  ZeroConfig zero_;  // the stage3_* limits
   Placement placement_;
   std::vector<torch::Tensor> params_;  // in layout order
   std::vector<std::string> names_;
@@ -411,8 +411,8 @@ class Stage3 final : public ZeroStage {
 
 }  // namespace
 
-std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, Zero3Options options) {
-  return std::make_unique<Stage3>(context, std::move(model), options);
+std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero) {
+  return std::make_unique<Stage3>(context, std::move(model), zero);
 }
 
 }  // namespace dscpp

@@ -25,9 +25,6 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
 // Stages 0-2 over the engine's FlatParams (context.flat).
 std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context);
 
-// The stage3_* settings for make_stage3.
-Zero3Options zero3_options(const ZeroConfig& zero);
-
 // DeepSpeed's gradient averaging: with prescale_gradients the gradients are divided by the world size before the
 // sum over ranks; otherwise by gradient_predivide_factor f before and multiplied by f / world_size after.
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context);

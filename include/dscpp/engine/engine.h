@@ -62,7 +62,8 @@ class Engine {
     return stage_->run_unit(unit, unit_forward);
   }
 
-  // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward into the flat gradient buffer.
+  // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
+  // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
   void backward(const torch::Tensor& loss);
 
   // Ends the micro-step. On an accumulation boundary it updates the parameters and returns true (false when the
@@ -106,7 +107,6 @@ class Engine {
   std::shared_ptr<Comm> comm_;
   std::function<void(const std::string&)> log_;
   torch::ScalarType dtype_;
-  std::vector<std::pair<std::string, std::vector<int64_t>>> param_shapes_;  // trainable parameters, as collected
   std::unique_ptr<FlatParams> flat_;  // stages 0-2: every parameter as a view of one buffer; stage 3 has none
   std::unique_ptr<ZeroStage> stage_;
   std::unique_ptr<FlatOptimizer> optimizer_;

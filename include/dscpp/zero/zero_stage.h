@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/config/config.h"
 #include "dscpp/zero/flat_params.h"
 
 namespace dscpp {
@@ -114,17 +115,10 @@ struct PartitionedModel {
   std::vector<std::pair<std::string, const torch::nn::Module*>> units;  // (name in the model, module), in order
 };
 
-// The stage3_* settings of "zero_optimization", in elements.
-struct Zero3Options {
-  int64_t prefetch_bucket_size = 50'000'000;       // gathers issued ahead of use, at most this many elements
-  int64_t param_persistence_threshold = 100'000;   // parameters smaller than this stay gathered
-  int64_t max_live_parameters = 1'000'000'000;     // gathered elements held at once (the demanded block excepted)
-  int64_t max_reuse_distance = 1'000'000'000;      // keep a block gathered if it is needed again within this many
-};
-
 // Stage 3: the 16-bit parameters sharded too. Each rank keeps 1/N of every group; a unit's group is gathered
 // for its forward, again for its backward, and released after each; gradients are reduce-scattered as each
-// group's backward finishes. Every rank starts from rank 0's values.
-std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, Zero3Options options);
+// group's backward finishes. Every rank starts from rank 0's values. Reads the stage3_* settings of `zero`
+// (elements): prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance.
+std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero);
 
 }  // namespace dscpp

@@ -67,6 +67,10 @@ void validate(const ZeroEstimateSetup& s) {
     throw std::invalid_argument("largest_layer_params = " + std::to_string(s.largest_layer_params) +
                                 ": must be in 0..total_params (" + std::to_string(s.total_params) + ")");
   }
+  if (s.persistent_params < 0 || s.persistent_params > s.total_params) {
+    throw std::invalid_argument("persistent_params = " + std::to_string(s.persistent_params) +
+                                ": must be in 0..total_params (" + std::to_string(s.total_params) + ")");
+  }
   if (s.num_gpus_per_node < 1) {
     throw std::invalid_argument("num_gpus_per_node = " + std::to_string(s.num_gpus_per_node) + ": must be >= 1");
   }
@@ -136,6 +140,8 @@ ZeroEstimateRow estimate_zero3(const ZeroEstimateSetup& s, bool offload_param, b
     row.cpu_bytes = zero_init ? truncate(static_cast<double>(s.largest_layer_params * 4 * gpus_per_node) * abf)
                               : truncate(static_cast<double>(p * 4 * gpus_per_node) * abf);
   }
+  // Persistent params stay whole on the GPU in every variant (param offload moves only the partitioned ones).
+  row.gpu_bytes += 2 * s.persistent_params;
   return row;
 }
 

@@ -188,6 +188,21 @@ TEST(EstimateCli, WithoutLargestLayerOnlyZero2) {
   EXPECT_EQ(r.out.find("zero_init"), std::string::npos) << r.out;
 }
 
+TEST(ZeroEstimate, PersistentParamsAddTwoBytesEachToEveryZero3Gpu) {
+  ZeroEstimateSetup with = setup(2'851'000'000, 32'000'000, 8, 1);
+  with.persistent_params = 1'000'000;
+  const ZeroEstimateSetup without = setup(2'851'000'000, 32'000'000, 8, 1);
+  const auto rows = estimate_zero3_rows(with), base = estimate_zero3_rows(without);
+  ASSERT_EQ(rows.size(), base.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].gpu_bytes, base[i].gpu_bytes + 2'000'000) << "row " << i;
+    EXPECT_EQ(rows[i].cpu_bytes, base[i].cpu_bytes) << "row " << i;
+  }
+  EXPECT_EQ(estimate_zero2(with, false).gpu_bytes, estimate_zero2(without, false).gpu_bytes);  // a ZeRO-3 term
+  with.persistent_params = with.total_params + 1;
+  EXPECT_THROW(validate(with), std::invalid_argument);
+}
+
 // Errors are one line "error: ..." naming the flag, with a non-zero exit.
 void expect_error(const testing::CommandResult& r, const std::string& needle) {
   EXPECT_NE(r.code, 0);
@@ -195,6 +210,18 @@ void expect_error(const testing::CommandResult& r, const std::string& needle) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
   EXPECT_EQ(r.out, "");
+}
+
+TEST(EstimateCli, PersistentParams) {
+  // 64M persistent params on the docs example: +128e6 B on every ZeRO-3 GPU (0.12 -> 0.24 GiB).
+  testing::CommandResult r = estimate("--params 2851M --largest_layer 32e6 --num_gpus 8 --persistent_params 64M");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("64000000 persistent params (ZeRO-3 per GPU +128000000 bytes)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("   71.69GB |   0.24GB | offload_param=cpu , offload_optimizer=cpu , zero_init=1\n"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("  127.45GB |   5.31GB | offload_optimizer=cpu \n"), std::string::npos) << r.out;
+  expect_error(estimate("--params 1M --largest_layer 1M --persistent_params 2M"),
+                    "--persistent_params 2M (2000000) exceeds --params 1M");
 }
 
 TEST(EstimateCli, Errors) {

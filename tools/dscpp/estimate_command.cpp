@@ -74,6 +74,9 @@ CLI::App* add_estimate_command(CLI::App& app, EstimateArgs& args) {
   estimate->add_option("--params", args.params, "total model params (required), e.g. 124M, 1.5B, 1.5e9");
   estimate->add_option("--largest_layer", args.largest_layer,
                        "params of the largest layer (module's own params), e.g. 32M; needed for the ZeRO-3 table");
+  estimate->add_option("--persistent_params", args.persistent_params,
+                       "ZeRO-3: params below stage3_param_persistence_threshold, kept whole on every GPU in 16 bits "
+                       "(+2P bytes per GPU; default 0, as DeepSpeed's table)");
   estimate->add_option("--num_gpus,--num_gpus_per_node", args.num_gpus, "GPUs per node (default 1)");
   estimate->add_option("--num_nodes", args.num_nodes, "nodes (default 1)");
   estimate->add_option("--additional_buffer_factor", args.additional_buffer_factor,
@@ -92,6 +95,14 @@ void run_estimate(const EstimateArgs& args, std::ostream& out) {
     if (setup.largest_layer_params > setup.total_params) {
       throw std::invalid_argument("--largest_layer " + args.largest_layer + " (" +
                                   std::to_string(setup.largest_layer_params) + ") exceeds --params " + args.params +
+                                  " (" + std::to_string(setup.total_params) + ")");
+    }
+  }
+  if (args.persistent_params != "0") {
+    setup.persistent_params = parse_positive_count("--persistent_params", args.persistent_params);
+    if (setup.persistent_params > setup.total_params) {
+      throw std::invalid_argument("--persistent_params " + args.persistent_params + " (" +
+                                  std::to_string(setup.persistent_params) + ") exceeds --params " + args.params +
                                   " (" + std::to_string(setup.total_params) + ")");
     }
   }
@@ -114,6 +125,10 @@ void run_estimate(const EstimateArgs& args, std::ostream& out) {
   if (has_largest) {
     out << ", " << static_cast<int64_t>(static_cast<double>(setup.largest_layer_params) / 1e6)
         << "M largest layer params";
+  }
+  if (setup.persistent_params > 0) {
+    out << ", " << setup.persistent_params << " persistent params (ZeRO-3 per GPU +" << 2 * setup.persistent_params
+        << " bytes)";
   }
   out << ".\n";
 

@@ -13,6 +13,7 @@ namespace dscpp {
 struct EstimateArgs {
   std::string params;                           // required: total params, e.g. 124M, 1.5B, 1.5e9
   std::string largest_layer;                    // "" = not given: no ZeRO-3 table (its GPU term needs it)
+  std::string persistent_params = "0";          // ZeRO-3: params kept whole (below the persistence threshold)
   std::string num_gpus = "1";                   // GPUs per node (DeepSpeed's default 1)
   std::string num_nodes = "1";                  // DeepSpeed's default 1
   std::string additional_buffer_factor = "1.5"; // DeepSpeed's default

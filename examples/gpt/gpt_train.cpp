@@ -43,6 +43,7 @@ struct Args {
   std::string metrics;
   std::string save_16bit;
   bool no_progress = false;
+  bool zero_init = true;
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   int64_t micro_batch = 8, grad_accum = 1;
@@ -67,6 +68,9 @@ void add_flags(CLI::App& app, Args& a) {
                  "after training, write the whole model's weights here as safetensors (DeepSpeed's save_16bit_model; "
                  "ZeRO-3 needs stage3_gather_16bit_weights_on_model_save)");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
+  app.add_option("--zero_init", a.zero_init,
+                 "ZeRO-3: build the model partitioned, one block at a time (DeepSpeed's zero.Init; default 1); 0 "
+                 "builds it whole on every rank first");
   app.add_option("--lr", a.lr, "fills optimizer.params.lr / warmup_max_lr");
   app.add_option("--weight_decay", a.weight_decay, "fills optimizer.params.weight_decay");
   app.add_option("--micro_batch", a.micro_batch, "fills train_micro_batch_size_per_gpu")->check(CLI::PositiveNumber);
@@ -127,17 +131,27 @@ int run(const Args& a) {
                                 ", CPU) has no fp16 matmul; use bf16 (--bf16) on CPU");
   }
 
-  torch::manual_seed(a.seed);
-  auto model = gpt::Gpt(model_cfg);
+  // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
+  // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
   dscpp::InitOptions init;
+  gpt::GptImpl::BlockBuilt block_built;
+  if (config.zero.stage == 3 && a.zero_init) {
+    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config);
+    block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
+      zero_init->partition(block);
+    };
+  }
+  torch::manual_seed(a.seed);
+  auto model = gpt::Gpt(model_cfg, block_built);
+  if (!init.partitioned) {
+    for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
+  }
   gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
   init.log = [&](const std::string& line) {
     if (rank != 0) return;
     progress.clear();
     std::cerr << line << std::endl;
   };
-  // Each transformer block is a ZeRO-3 gather unit (ignored below stage 3).
-  for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   auto engine = dscpp::initialize(model.ptr(), config, init);
   model->set_block_runner([&engine](const torch::nn::Module& block, const std::function<torch::Tensor()>& call) {
     return engine->run_unit(block, call);
@@ -181,6 +195,7 @@ int run(const Args& a) {
                       {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
                       {"tokens_per_s", tokens_per_s}, {"world_size", world},
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
+                      {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s}});
     }
   }

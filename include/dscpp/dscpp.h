@@ -4,3 +4,4 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/engine.h"
+#include "dscpp/engine/partitioned_init.h"

@@ -208,10 +208,22 @@ Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& 
   at::Tensor in = movable(input, features_.bf16).view({-1});
   at::Tensor out = movable(output, features_.bf16).view({-1});
   if (features_.allgather_base) return launch(what, [&] { return group_->_allgather_base(out, in); });
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (int r = 0; r < world_size_; ++r) outputs[0].push_back(out.narrow(0, r * n, n));
-  std::vector<at::Tensor> inputs{in};
-  return launch(what, [&] { return group_->allgather(outputs, inputs); });
+  // Without _allgather_base, Gloo's allgather gathers into a temporary as large as the whole output and copies it
+  // out: for ZeRO-3 a block-sized heap buffer on every gather, whose holes glibc keeps resident. Broadcasting each
+  // rank's slice straight into place moves the same bytes with no temporary.
+  auto own = out.narrow(0, static_cast<int64_t>(rank_) * n, n);
+  if (!own.is_same(in)) own.copy_(in);
+  std::vector<Handle> slices;
+  for (int r = 0; r < world_size_; ++r) {
+    c10d::BroadcastOptions options;
+    options.rootRank = r;
+    options.rootTensor = 0;
+    std::vector<at::Tensor> slice{out.narrow(0, static_cast<int64_t>(r) * n, n)};
+    slices.push_back(launch(what, [&] { return group_->broadcast(slice, options); }));
+  }
+  return Handle([slices = std::move(slices)]() mutable {
+    for (auto& slice : slices) slice.wait();
+  });
 }
 
 Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {

@@ -90,10 +90,32 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
 
   // Cast first, then flatten: the flat buffers are allocated in the compute dtype and the params become views.
   dtype_ = to_scalar_type(config_.compute_dtype());
+  // The units of a model built partitioned hold no memory: casting them would read nothing.
+  if (options.partitioned && options.partitioned->dtype() != dtype_) {
+    throw ConfigError("the model was built partitioned (InitOptions::partitioned) in " +
+                      std::string(c10::toString(options.partitioned->dtype())) + " but this config computes in " +
+                      to_string(config_.compute_dtype()) + ": build it with the config given to dscpp::initialize");
+  }
   model_->to(dtype_);
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
+  std::vector<PrepartitionedUnit> prepartitioned;
+  if (options.partitioned) {
+    if (config_.zero.stage != 3) {
+      throw ConfigError("zero_optimization.stage is " + std::to_string(config_.zero.stage) +
+                        ": the model was built partitioned (InitOptions::partitioned), which needs stage 3");
+    }
+    if (comm_ && comm_ != options.partitioned->comm()) {
+      throw std::invalid_argument("dscpp::initialize: InitOptions::comm is not the comm the model was built "
+                                  "partitioned over (InitOptions::partitioned); pass one of them");
+    }
+    comm_ = options.partitioned->comm();
+    prepartitioned = options.partitioned->take_units();
+    if (options.gather_units.empty()) {
+      for (const auto& unit : prepartitioned) options.gather_units.push_back(unit.module);
+    }
+  }
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
     const bool cuda = !params.empty() && params.front().is_cuda();
@@ -113,7 +135,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
-    PartitionedModel partitioned{params, names, unit_names(*model_, options.gather_units)};
+    PartitionedModel partitioned{params, names, unit_names(*model_, options.gather_units), std::move(prepartitioned)};
     stage_ = make_stage3(context, std::move(partitioned), config_.zero);
   } else {
     // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.

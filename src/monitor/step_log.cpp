@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 namespace dscpp {
 
@@ -13,6 +14,15 @@ int64_t resident_bytes() {
   int64_t total_pages = 0, resident_pages = 0;
   if (!(statm >> total_pages >> resident_pages)) return 0;
   return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    long long kib = 0;
+    if (std::sscanf(line.c_str(), "VmHWM: %lld kB", &kib) == 1) return kib * 1024;
+  }
+  return 0;
 }
 
 std::string format_bytes(double bytes) {

@@ -4,20 +4,25 @@
 #include <stdexcept>
 
 #include "dscpp/compat/torch_compat.h"
+#include "dscpp/zero/returnable_memory.h"
 
 namespace dscpp {
 
-GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard)
+GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial)
     : name_(std::move(name)), buffer_(std::move(buffer)), shard_(std::move(shard)), numel_(buffer_.numel()) {
   if (shard_.numel() == 0 || numel_ % shard_.numel() != 0) {
     throw std::invalid_argument("GatheredGroup '" + name_ + "': buffer of " + std::to_string(numel_) +
                                 " elements is not a whole number of shards of " + std::to_string(shard_.numel()));
   }
+  if (initial == State::kGathering) {
+    throw std::invalid_argument("GatheredGroup '" + name_ + "': starts gathered or sharded, not gathering");
+  }
+  state_ = initial;
 }
 
 void GatheredGroup::start_gather(Comm& comm) {
   if (state_ != State::kSharded) return;
-  compat::allocate_storage(buffer_, static_cast<size_t>(bytes()));
+  allocate_returnable(buffer_, static_cast<size_t>(bytes()));
   // The collective writes the storage directly; the parameters keep their own version counters (set_data does not
   // share them), so autograd's saved parameters stay valid across a release and re-gather.
   gather_ = comm.all_gather(buffer_, shard_);

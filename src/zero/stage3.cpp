@@ -12,6 +12,7 @@
 //   after_backward      reduce what is left, wait, release every non-persistent group
 // Every demand (and boundary) is checked across ranks first (OrderCheck), so ranks that diverge stop with an error
 // instead of pairing mismatched collectives.
+#include <algorithm>
 #include <chrono>
 #include <limits>
 #include <map>
@@ -23,6 +24,7 @@
 #include "dscpp/zero/gathered_group.h"
 #include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/order_check.h"
+#include "dscpp/zero/returnable_memory.h"
 #include "dscpp/zero/sharded_master.h"
 #include "dscpp/zero/zero_stage.h"
 
@@ -64,9 +66,13 @@ class Stage3 final : public ZeroStage {
     order_params(model);
     layout_ = std::make_unique<FlatLayout>(describe_params(), ctx_.comm->world_size(),
                                            std::numeric_limits<int64_t>::max());
+    match_prepartitioned(model.prepartitioned);
     const auto& front = params_.front();
     partition_ = torch::empty({layout_->partition_numel()}, front.options().requires_grad(false));
-    build_groups();
+    build_groups(model.prepartitioned);
+    // The model's own parameter storage and any prepartitioned shards are gone, leaving holes in the heap.
+    model.prepartitioned.clear();
+    trim_heap();
     master_ = std::make_unique<ShardedMaster>(ctx_, *layout_, partition_);
     check_ = std::make_unique<OrderCheck>(ctx_.comm, [this](int64_t g) { return group_name(g); });
     in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
@@ -160,14 +166,13 @@ class Stage3 final : public ZeroStage {
 
   void zero_grads() override { master_->zero_grads(); }
 
-  // Group by group: at most one non-persistent group is gathered at a time.
+  // One parameter at a time: the persistent ones as they are, every other assembled alone from the ranks'
+  // shards, so at most one parameter is ever whole beyond the shards (a model save never holds a whole block).
   void visit_params(const ParamVisitor& fn) override {
     if (in_micro_step_) throw std::logic_error("ZeRO-3 visit_params: called between a forward and its backward");
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const auto& group = layout_->groups()[g];
-      groups_[g].wait_gathered(*ctx_.comm);
-      for (int i = group.param_begin; i < group.param_end; ++i) fn(names_[i], params_[i]);
-      if (!persistent(static_cast<int>(g))) groups_[g].release();
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const int group = layout_->slots()[i].group;
+      fn(names_[i], persistent(group) ? params_[i] : assemble(static_cast<int>(i)));
     }
   }
 
@@ -211,17 +216,63 @@ class Stage3 final : public ZeroStage {
     return out;
   }
 
+  // A unit built partitioned must hold exactly the parameters this stage groups for it, in the same order, or
+  // its shard would land in the wrong places. Checked before any parameter is read: theirs hold no memory.
+  void match_prepartitioned(const std::vector<PrepartitionedUnit>& prepartitioned) {
+    prepartitioned_of_kind_.assign(placement_.kind_name.size(), -1);
+    for (size_t k = 0; k < prepartitioned.size(); ++k) {
+      const auto& pre = prepartitioned[k];
+      size_t u = 0;
+      while (u < units_.size() && units_[u].second != pre.module.get()) ++u;
+      if (u == units_.size()) {
+        throw std::invalid_argument("ZeRO-3: a unit built partitioned (PartitionedInit) is not one of the gather "
+                                    "units; pass the units it partitioned (or none) as InitOptions::gather_units");
+      }
+      const int kind = static_cast<int>(2 + u);
+      std::vector<const c10::TensorImpl*> grouped;
+      for (size_t i = 0; i < params_.size(); ++i) {
+        if (kinds_[i] == kind) grouped.push_back(params_[i].unsafeGetTensorImpl());
+      }
+      std::vector<const c10::TensorImpl*> built;
+      for (const auto& p : pre.params) built.push_back(p.unsafeGetTensorImpl());
+      if (grouped != built) {
+        throw std::invalid_argument(
+            "ZeRO-3: unit " + units_[u].first + " was built partitioned with " + std::to_string(built.size()) +
+            " parameters, but the stage groups " + std::to_string(grouped.size()) + " for it: "
+            "zero_optimization.stage3_param_persistence_threshold or a parameter's requires_grad changed after "
+            "construction (build with the config given to dscpp::initialize)");
+      }
+      if (!built.empty()) prepartitioned_of_kind_[kind] = static_cast<int>(k);
+    }
+  }
+
   // Per group: a buffer filled with rank 0's values, this rank's shard copied out of it, the parameters re-pointed
   // into it, and the buffer released unless persistent. At most one group's buffer exists beyond the model's own
-  // parameters, whose storage goes as each is re-pointed.
-  void build_groups() {
+  // parameters, whose storage goes as each is re-pointed. A unit built partitioned brings its released buffer and
+  // its shard, which is moved into the partition.
+  void build_groups(std::vector<PrepartitionedUnit>& prepartitioned) {
     torch::NoGradGuard no_grad;
     const int rank = ctx_.comm->rank();
     const auto& groups = layout_->groups();
     groups_.reserve(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
       const auto& group = groups[g];
-      auto buffer = torch::zeros({group.numel}, partition_.options());
+      const int kind = kinds_[group.param_begin];
+      if (const int k = prepartitioned_of_kind_[kind]; k >= 0) {
+        auto& pre = prepartitioned[k];
+        auto shard = partition_.narrow(0, group.partition_offset, group.shard_numel);
+        if (pre.buffer.numel() != group.numel || pre.shard.numel() != group.shard_numel ||
+            pre.buffer.scalar_type() != partition_.scalar_type()) {
+          throw std::invalid_argument("ZeRO-3: unit " + placement_.kind_name[kind] + " was built partitioned for " +
+                                      "another world size or dtype than this engine's");
+        }
+        shard.copy_(pre.shard);
+        pre.shard = torch::Tensor();
+        groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded);
+        group_numel_.push_back(group.numel);
+        continue;
+      }
+      auto buffer = returnable_zeros(group.numel, partition_.options());
       for (int i = group.param_begin; i < group.param_end; ++i) {
         const auto& slot = layout_->slots()[i];
         buffer.narrow(0, slot.offset - group.offset, slot.numel).copy_(params_[i].detach().reshape(-1));
@@ -233,7 +284,6 @@ class Stage3 final : public ZeroStage {
         const auto& slot = layout_->slots()[i];
         params_[i].set_data(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
       }
-      const int kind = kinds_[group.param_begin];
       groups_.emplace_back(placement_.kind_name[kind], buffer, shard);
       if (kind == 0) {
         persistent_group_ = static_cast<int>(g);
@@ -251,6 +301,25 @@ class Stage3 final : public ZeroStage {
       }
       unit_group_[units_[u].second] = {group, units_[u].first};
     }
+  }
+
+  // Parameter i, whole: each rank fills the part of it its shard holds and leaves zeros elsewhere, and the ranks
+  // sum the raw bytes. Exactly one rank holds each byte, so the sum is that byte: bit-exact in any dtype.
+  torch::Tensor assemble(int i) {
+    torch::NoGradGuard no_grad;
+    const auto& slot = layout_->slots()[i];
+    const auto& group = layout_->groups()[slot.group];
+    auto value = torch::zeros({slot.numel}, partition_.options());
+    const int64_t begin = slot.offset - group.offset, end = begin + slot.numel;  // within the group
+    const int64_t shard_begin = ctx_.comm->rank() * group.shard_numel, shard_end = shard_begin + group.shard_numel;
+    const int64_t lo = std::max(begin, shard_begin), hi = std::min(end, shard_end);
+    if (lo < hi) {
+      value.narrow(0, lo - begin, hi - lo)
+          .copy_(partition_.narrow(0, group.partition_offset + (lo - shard_begin), hi - lo));
+    }
+    auto bytes = value.view(torch::kByte);
+    ctx_.comm->all_reduce(bytes, ReduceOp::kSum).wait();
+    return value.view(slot.shape);
   }
 
   std::string group_name(int64_t g) const {
@@ -343,7 +412,7 @@ class Stage3 final : public ZeroStage {
 
   torch::Tensor& bucket(int g) {
     auto it = buckets_.find(g);
-    if (it == buckets_.end()) it = buckets_.emplace(g, torch::zeros({group_numel_[g]}, partition_.options())).first;
+    if (it == buckets_.end()) it = buckets_.emplace(g, returnable_zeros(group_numel_[g], partition_.options())).first;
     return it->second;
   }
 
@@ -383,6 +452,7 @@ class Stage3 final : public ZeroStage {
   std::vector<torch::Tensor> params_;  // in layout order
   std::vector<std::string> names_;
   std::vector<int> kinds_;
+  std::vector<int> prepartitioned_of_kind_;  // per kind: index into PartitionedModel::prepartitioned, or -1
   std::vector<std::pair<std::string, const torch::nn::Module*>> units_;
   std::unique_ptr<FlatLayout> layout_;
   torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group

@@ -5,6 +5,7 @@
 #include "dscpp/dscpp.h"
 #include "test_models.h"
 
+#include <functional>
 #include <map>
 
 namespace dscpp::testing {
@@ -116,6 +117,119 @@ TEST(EngineStages, Stage3ErrorsNameTheMisuse) {
   EXPECT_THROW(engine->run_unit(*model->fc1, [&] { return x; }), std::logic_error);
   EXPECT_THROW(engine->forward([&] { return engine->run_unit(*model->fc2, [&] { return x; }).sum(); }),
                std::invalid_argument);
+}
+
+// Two units and a head; `built` is called with each unit as soon as it exists (partitioned construction).
+struct StackImpl : torch::nn::Module {
+  explicit StackImpl(const std::function<void(std::shared_ptr<torch::nn::Module>)>& built = {}) {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    if (built) built(fc1.ptr());
+    fc2 = register_module("fc2", torch::nn::Linear(16, 16));
+    if (built) built(fc2.ptr());
+    out = register_module("out", torch::nn::Linear(16, 1));
+  }
+  torch::Tensor loss(Engine& engine, const torch::Tensor& x, const torch::Tensor& y) {
+    auto h = engine.run_unit(*fc1, [&] { return torch::tanh(fc1->forward(x)); });
+    h = engine.run_unit(*fc2, [&] { return torch::tanh(fc2->forward(h)); });
+    return torch::mse_loss(out->forward(h), y);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr}, out{nullptr};
+};
+TORCH_MODULE(Stack);
+
+std::shared_ptr<PartitionedInit> partitioned_init(const Config& config) {
+  return std::make_shared<PartitionedInit>(config, init_comm(DistEnv{}));
+}
+
+std::function<void(std::shared_ptr<torch::nn::Module>)> partition_into(const std::shared_ptr<PartitionedInit>& init) {
+  return [init](std::shared_ptr<torch::nn::Module> unit) { init->partition(unit); };
+}
+
+TEST(EngineStages, Stage3BuiltPartitionedTrainsExactlyAsBuiltWhole) {
+  const auto config = config_from(config_json(3, 2));
+  auto train = [&](bool partitioned) {
+    InitOptions options;
+    torch::manual_seed(3);
+    Stack model{nullptr};
+    if (partitioned) {
+      options.partitioned = partitioned_init(config);
+      model = Stack(partition_into(options.partitioned));
+      // Built partitioned: the units hold no memory from the moment they exist; the head is whole until initialize.
+      EXPECT_EQ(model->fc1->weight.storage().nbytes(), 0u);
+      EXPECT_EQ(model->fc2->bias.storage().nbytes(), 0u);
+      EXPECT_GT(model->out->weight.storage().nbytes(), 0u);
+      EXPECT_EQ(options.partitioned->units().size(), 2u);
+    } else {
+      model = Stack();
+      options.gather_units = {model->fc1.ptr(), model->fc2.ptr()};
+    }
+    auto engine = initialize(model.ptr(), config, options);
+    auto [x, y] = regression_data(4 * 16);
+    for (int64_t row = 0; row < x.size(0); row += 8) {
+      engine->backward(engine->forward([&] { return model->loss(*engine, x.narrow(0, row, 8), y.narrow(0, row, 8)); }));
+      engine->step();
+    }
+    std::map<std::string, torch::Tensor> out;
+    engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { out[name] = p.detach().clone(); });
+    return out;
+  };
+  const auto whole = train(false);
+  const auto partitioned = train(true);
+  ASSERT_EQ(partitioned.size(), whole.size());
+  for (const auto& [name, value] : whole) {
+    ASSERT_TRUE(partitioned.count(name)) << name;
+    EXPECT_TRUE(torch::equal(partitioned.at(name), value)) << name;
+  }
+}
+
+TEST(EngineStages, Stage3BuiltPartitionedErrorsNameTheMismatch) {
+  const auto config = config_from(config_json(3, 1));
+  // Not stage 3.
+  EXPECT_THROW(PartitionedInit(config_from(config_json(2, 1)), init_comm(DistEnv{})), ConfigError);
+  // A config whose persistence threshold keeps fc1 whole, while it was partitioned under threshold 0.
+  {
+    auto init = partitioned_init(config);
+    Stack model(partition_into(init));
+    InitOptions options;
+    options.partitioned = init;
+    auto other = config_json(3, 1);
+    const std::string key = R"("stage3_param_persistence_threshold": 0)";
+    other.replace(other.find(key), key.size(), R"("stage3_param_persistence_threshold": 1000)");
+    try {
+      initialize(model.ptr(), config_from(other), options);
+      ADD_FAILURE() << "expected an error";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("stage3_param_persistence_threshold"), std::string::npos) << e.what();
+    }
+  }
+  // Gather units that leave out a unit built partitioned.
+  {
+    auto init = partitioned_init(config);
+    Stack model(partition_into(init));
+    InitOptions options;
+    options.partitioned = init;
+    options.gather_units = {model->fc1.ptr()};
+    EXPECT_THROW(initialize(model.ptr(), config, options), std::invalid_argument);
+  }
+  // Built in bf16 (the bf16 config's compute dtype), trained in fp32.
+  {
+    auto bf16 = config_json(3, 1);
+    bf16.insert(1, R"("bf16": {"enabled": true}, )");
+    auto init = partitioned_init(config_from(bf16));
+    Stack model(partition_into(init));
+    InitOptions options;
+    options.partitioned = init;
+    EXPECT_THROW(initialize(model.ptr(), config, options), ConfigError);
+  }
+  // Units handed to the engine cannot be partitioned again.
+  {
+    auto init = partitioned_init(config);
+    Stack model(partition_into(init));
+    InitOptions options;
+    options.partitioned = init;
+    auto engine = initialize(model.ptr(), config, options);
+    EXPECT_THROW(init->partition(torch::nn::Linear(2, 2).ptr()), std::logic_error);
+  }
 }
 
 TEST(EngineStages, Stage2RejectsBackwardOutsideTheEngine) {

@@ -20,28 +20,12 @@ std::string shape_of(const torch::Tensor& t) {
   return s + ")";
 }
 
-}  // namespace
-
-GptImpl::GptImpl(GptConfig config) : config_(std::move(config)) {
-  config_.validate();
-  // Registration order is HF's order, which is the order named_parameters() lists.
-  wte = register_module("wte", torch::nn::Embedding(config_.vocab_size, config_.n_embd));
-  wpe = register_module("wpe", torch::nn::Embedding(config_.block_size, config_.n_embd));
-  h = register_module("h", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config_.n_layer; ++i) {
-    blocks_.push_back(Block(config_));
-    h->push_back(blocks_.back());
-  }
-  ln_f = register_module("ln_f", torch::nn::LayerNorm(
-                                     torch::nn::LayerNormOptions({config_.n_embd}).eps(config_.layer_norm_eps)));
-  init_weights();
-}
-
-void GptImpl::init_weights() {
+// GPT-2's initialisation of `module` and everything under it. The residual-stream outputs (c_proj) are scaled
+// down so the sum over 2·n_layer residual additions keeps unit scale.
+void init_gpt2(torch::nn::Module& module, int64_t n_layer) {
   torch::NoGradGuard no_grad;
-  // Residual-stream outputs are scaled down so the sum over 2·n_layer residual additions keeps unit scale.
-  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(config_.n_layer));
-  for (const auto& item : named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+  const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(n_layer));
+  for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
     if (auto* linear = item.value()->as<torch::nn::Linear>()) {
       linear->weight.normal_(0.0, ends_with(item.key(), "c_proj") ? residual_std : kInitStd);
       linear->bias.zero_();
@@ -52,6 +36,29 @@ void GptImpl::init_weights() {
       norm->bias.zero_();
     }
   }
+}
+
+}  // namespace
+
+GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built) : config_(std::move(config)) {
+  config_.validate();
+  // Registration order is HF's order, which is the order named_parameters() lists. Each module draws its values
+  // from the global generator right after it is built, so a partitioned build (which frees each block before the
+  // next exists) consumes the generator exactly as a whole build does.
+  wte = register_module("wte", torch::nn::Embedding(config_.vocab_size, config_.n_embd));
+  init_gpt2(*wte, config_.n_layer);
+  wpe = register_module("wpe", torch::nn::Embedding(config_.block_size, config_.n_embd));
+  init_gpt2(*wpe, config_.n_layer);
+  h = register_module("h", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config_.n_layer; ++i) {
+    blocks_.push_back(Block(config_));
+    h->push_back(blocks_.back());
+    init_gpt2(*blocks_.back(), config_.n_layer);
+    if (block_built) block_built(blocks_.back().ptr());
+  }
+  ln_f = register_module("ln_f", torch::nn::LayerNorm(
+                                     torch::nn::LayerNormOptions({config_.n_embd}).eps(config_.layer_norm_eps)));
+  init_gpt2(*ln_f, config_.n_layer);
 }
 
 torch::Tensor GptImpl::embed(const torch::Tensor& idx) {

@@ -24,10 +24,16 @@ namespace gpt {
 
 class GptImpl : public torch::nn::Module {
  public:
+  // Called with each block as soon as it is built and initialised, before the next one exists. ZeRO-3's
+  // partitioned construction (dscpp::PartitionedInit::partition, DeepSpeed's zero.Init) keeps this rank's shard of
+  // the block and frees the rest, so no rank ever holds the whole model. The block must not be touched after.
+  using BlockBuilt = std::function<void(std::shared_ptr<torch::nn::Module> block)>;
+
   // Validates the config; initializes as GPT-2 does (deterministic given torch::manual_seed):
   // Linear/Embedding weights ~ N(0, 0.02), residual output projections (c_proj) ~ N(0, 0.02/√(2·n_layer)),
-  // biases 0, LayerNorm weight 1 / bias 0. No dropout.
-  explicit GptImpl(GptConfig config);
+  // biases 0, LayerNorm weight 1 / bias 0. No dropout. Each module is initialised right after it is built, in
+  // registration order, so the values are the same whether or not `block_built` is given.
+  explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {});
 
   // idx: (B, T) int64 token ids, T ≤ block_size → logits (B, T, V) in the parameters' dtype.
   torch::Tensor forward(const torch::Tensor& idx);
@@ -55,8 +61,6 @@ class GptImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln_f{nullptr};
 
  private:
-  void init_weights();
-
   GptConfig config_;
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;

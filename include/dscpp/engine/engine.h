@@ -15,6 +15,7 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
+#include "dscpp/engine/partitioned_init.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/schedule/lr_schedule.h"
@@ -31,6 +32,10 @@ struct InitOptions {
   // fully_shard units). Run each one's forward through Engine::run_unit. Parameters outside every unit are
   // gathered for the whole forward and backward. Ignored by stages 0-2.
   std::vector<std::shared_ptr<torch::nn::Module>> gather_units;
+  // ZeRO-3: the model was built partitioned through this (DeepSpeed's zero.Init). Its units become the gather
+  // units (when gather_units is empty; otherwise they must be among them), its comm the engine's, and its shards
+  // the stage's partition. Needs zero_optimization.stage 3.
+  std::shared_ptr<PartitionedInit> partitioned;
 };
 
 // What the last accumulation boundary did.
@@ -88,14 +93,15 @@ class Engine {
   StageTimers stage_timers() const { return stage_->timers(); }
 
   // fn(name, value) for every trainable parameter with its whole current value, in the compute dtype. Under
-  // ZeRO-3 the parameters are gathered one group at a time for the call (and released after), so every rank must
-  // call it; elsewhere they are the model's own tensors.
+  // ZeRO-3 each parameter is assembled from the ranks' shards for the call, one at a time, so every rank must call
+  // it; elsewhere (and for ZeRO-3's persistent parameters) they are the model's own tensors.
   void visit_parameters(const ZeroStage::ParamVisitor& fn) { stage_->visit_params(fn); }
 
   // DeepSpeed's save_16bit_model: every trainable parameter, whole, in the compute dtype, as one safetensors file
   // written by rank 0 (names as the model's named_parameters()). Collective: every rank calls it. Under ZeRO-3 it
   // needs zero_optimization.stage3_gather_16bit_weights_on_model_save, as in DeepSpeed, and then streams one
-  // gathered group at a time (never the whole model in memory); without the key it logs why and returns false.
+  // parameter at a time (never the whole model, nor a whole block, in memory); without the key it logs why and
+  // returns false.
   bool save_16bit_model(const std::string& path);
 
  private:

@@ -12,6 +12,8 @@ std::string format_step_line(int64_t step, double loss, double lr, double loss_s
 
 // Resident set size of this process in bytes (from /proc/self/statm); 0 where unavailable.
 int64_t resident_bytes();
+// The most this process has had resident so far (VmHWM in /proc/self/status); 0 where unavailable.
+int64_t peak_resident_bytes();
 
 // "1.23 GB", "512.0 MB", "12.0 KB", "100 B".
 std::string format_bytes(double bytes);

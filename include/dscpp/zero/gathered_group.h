@@ -21,8 +21,9 @@ class GatheredGroup {
   enum class State { kSharded, kGathering, kGathered };
 
   // `buffer`: the group's flat buffer (numel = shard.numel() × world size), holding the parameters as views;
-  // `shard`: this rank's slice of it, stored in the stage's partition. Starts gathered.
-  GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard);
+  // `shard`: this rank's slice of it, stored in the stage's partition. `initial`: kGathered when the buffer holds
+  // the values, kSharded when its memory is already released (a unit built partitioned).
+  GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial = State::kGathered);
 
   const std::string& name() const { return name_; }
   State state() const { return state_; }

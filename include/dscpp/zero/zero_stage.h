@@ -19,6 +19,7 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/zero/flat_params.h"
+#include "dscpp/zero/partition_unit.h"
 
 namespace dscpp {
 
@@ -76,7 +77,7 @@ class ZeroStage {
   virtual void zero_grads() = 0;
 
   // Calls fn(name, value) for every trainable parameter with its whole current value (compute dtype). Stage 3
-  // gathers one group at a time for it, so it is collective there: every rank calls it.
+  // assembles one parameter at a time for it, so it is collective there: every rank calls it.
   using ParamVisitor = std::function<void(const std::string& name, const torch::Tensor& value)>;
   virtual void visit_params(const ParamVisitor& fn) = 0;
 
@@ -113,12 +114,16 @@ struct PartitionedModel {
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   std::vector<std::pair<std::string, const torch::nn::Module*>> units;  // (name in the model, module), in order
+  // Units built already partitioned (partition_unit): the stage takes their shards instead of reading values.
+  std::vector<PrepartitionedUnit> prepartitioned;
 };
 
 // Stage 3: the 16-bit parameters sharded too. Each rank keeps 1/N of every group; a unit's group is gathered
 // for its forward, again for its backward, and released after each; gradients are reduce-scattered as each
 // group's backward finishes. Every rank starts from rank 0's values. Reads the stage3_* settings of `zero`
 // (elements): prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance.
+// Throws std::invalid_argument when a prepartitioned unit's parameters are not the group the stage forms for that
+// unit (the persistence threshold or a requires_grad changed after it was partitioned).
 std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero);
 
 }  // namespace dscpp

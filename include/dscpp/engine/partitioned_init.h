@@ -1,0 +1,64 @@
+// PartitionedInit: DeepSpeed's zero.Init — build a model for ZeRO-3 so that no rank ever holds all of its
+// parameters, which is what lets a model larger than one process's memory exist at all.
+//
+// LibTorch has no hook into module construction, so the model's constructor calls partition(unit) itself as each
+// gather unit (a transformer block) is complete and initialised. Every rank then takes rank 0's values of the
+// unit, keeps its 1/N shard in the compute dtype and frees the rest; the parameters stay registered, holding no
+// memory, as ZeRO-3 leaves a unit between uses. A rank holds at most its shards so far, one unit whole, and the
+// parameters outside every unit (embeddings, final norm), which dscpp::initialize partitions as before.
+//
+//   auto zero_init = std::make_shared<dscpp::PartitionedInit>(config);    // joins the job
+//   gpt::Gpt model(model_config, [&](auto block) { zero_init->partition(block); });
+//   dscpp::InitOptions options;
+//   options.partitioned = zero_init;                                       // its units are the gather units
+//   auto engine = dscpp::initialize(model.ptr(), config, options);
+//
+// The values equal a whole build's as long as the constructor draws them in the same order either way (initialise
+// each unit before handing it over; never touch it after).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <unordered_set>
+#include <vector>
+
+#include "dscpp/comm/comm.h"
+#include "dscpp/config/config.h"
+#include "dscpp/zero/partition_unit.h"
+
+namespace dscpp {
+
+class PartitionedInit {
+ public:
+  // Reads the compute dtype and zero_optimization.stage3_param_persistence_threshold from `config`, whose
+  // zero_optimization.stage must be 3 (ConfigError otherwise). Joins the job from the torchrun-style environment
+  // unless `comm` is given; dscpp::initialize then uses the same comm. Shards are kept on `device`.
+  explicit PartitionedInit(const Config& config, std::shared_ptr<Comm> comm = nullptr,
+                           torch::Device device = torch::kCPU);
+
+  // `unit` is built and initialised: keep this rank's shard of it and free the rest. Collective: every rank calls
+  // it for the same units in the same order. Throws std::logic_error once the units went to dscpp::initialize.
+  void partition(const std::shared_ptr<torch::nn::Module>& unit);
+
+  const std::shared_ptr<Comm>& comm() const { return comm_; }
+  torch::ScalarType dtype() const { return c10::typeMetaToScalarType(options_.dtype()); }
+  int64_t persistence_threshold() const { return persistence_threshold_; }
+  // The units partitioned so far, in order (they become the engine's gather units).
+  std::vector<std::shared_ptr<torch::nn::Module>> units() const;
+  // This rank's shard bytes so far.
+  int64_t shard_bytes() const;
+
+  // For dscpp::initialize: hands the units over (once).
+  std::vector<PrepartitionedUnit> take_units();
+
+ private:
+  std::shared_ptr<Comm> comm_;
+  torch::TensorOptions options_;
+  int64_t persistence_threshold_;
+  std::vector<PrepartitionedUnit> units_;
+  std::unordered_set<const c10::TensorImpl*> taken_;
+  bool handed_over_ = false;
+};
+
+}  // namespace dscpp

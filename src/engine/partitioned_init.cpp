@@ -1,0 +1,52 @@
+// PartitionedInit: the units of a model built partitioned, held until dscpp::initialize takes them.
+#include "dscpp/engine/partitioned_init.h"
+
+#include <stdexcept>
+
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/config/config_error.h"
+#include "dscpp/engine/components.h"
+
+namespace dscpp {
+
+PartitionedInit::PartitionedInit(const Config& config, std::shared_ptr<Comm> comm, torch::Device device)
+    : comm_(std::move(comm)),
+      options_(torch::TensorOptions().dtype(to_scalar_type(config.compute_dtype())).device(device)),
+      persistence_threshold_(config.zero.stage3_param_persistence_threshold) {
+  if (config.zero.stage != 3) {
+    throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
+                      ": building a model partitioned (PartitionedInit, DeepSpeed's zero.Init) needs stage 3");
+  }
+  if (!comm_) comm_ = init_comm(DistEnv::from_env(), device.is_cuda() ? CommBackend::kNccl : CommBackend::kGloo);
+}
+
+void PartitionedInit::partition(const std::shared_ptr<torch::nn::Module>& unit) {
+  if (handed_over_) {
+    throw std::logic_error("PartitionedInit::partition: the units were already handed to dscpp::initialize; "
+                           "build the whole model before initializing the engine");
+  }
+  units_.push_back(partition_unit(unit, *comm_, options_, persistence_threshold_, taken_));
+}
+
+std::vector<std::shared_ptr<torch::nn::Module>> PartitionedInit::units() const {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  for (const auto& unit : units_) out.push_back(unit.module);
+  return out;
+}
+
+int64_t PartitionedInit::shard_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& unit : units_) bytes += unit.shard.defined() ? unit.shard.nbytes() : 0;
+  return bytes;
+}
+
+std::vector<PrepartitionedUnit> PartitionedInit::take_units() {
+  if (handed_over_) {
+    throw std::logic_error("PartitionedInit: already given to one dscpp::initialize; build the model again for "
+                           "another engine");
+  }
+  handed_over_ = true;
+  return std::move(units_);
+}
+
+}  // namespace dscpp

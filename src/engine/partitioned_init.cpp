@@ -34,12 +34,6 @@ std::vector<std::shared_ptr<torch::nn::Module>> PartitionedInit::units() const {
   return out;
 }
 
-int64_t PartitionedInit::shard_bytes() const {
-  int64_t bytes = 0;
-  for (const auto& unit : units_) bytes += unit.shard.defined() ? unit.shard.nbytes() : 0;
-  return bytes;
-}
-
 std::vector<PrepartitionedUnit> PartitionedInit::take_units() {
   if (handed_over_) {
     throw std::logic_error("PartitionedInit: already given to one dscpp::initialize; build the model again for "

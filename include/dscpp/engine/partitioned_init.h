@@ -43,11 +43,8 @@ class PartitionedInit {
 
   const std::shared_ptr<Comm>& comm() const { return comm_; }
   torch::ScalarType dtype() const { return c10::typeMetaToScalarType(options_.dtype()); }
-  int64_t persistence_threshold() const { return persistence_threshold_; }
   // The units partitioned so far, in order (they become the engine's gather units).
   std::vector<std::shared_ptr<torch::nn::Module>> units() const;
-  // This rank's shard bytes so far.
-  int64_t shard_bytes() const;
 
   // For dscpp::initialize: hands the units over (once).
   std::vector<PrepartitionedUnit> take_units();

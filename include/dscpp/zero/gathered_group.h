@@ -1,7 +1,7 @@
 // GatheredGroup: the parameter record of one ZeRO-3 group (a block's parameters, or the persistent small ones).
 // This rank keeps only its shard (a slice of the stage's 16-bit partition). While the group is in use its whole
-// flat buffer exists and the module's parameters are views into it; released, the buffer's memory is returned to
-// the allocator while those views stay in place (see compat::release_storage), so nothing is re-pointed.
+// flat buffer exists and the module's parameters are views into it; released, the buffer's memory is given back
+// (returnable_memory.h) while those views stay in place (see compat::release_storage), so nothing is re-pointed.
 //
 // States: kSharded → (start_gather) → kGathering → (wait_gathered) → kGathered → (release) → kSharded. Every
 // transition is idempotent: gathering a gathered group or releasing a sharded one does nothing.

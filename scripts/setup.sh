@@ -7,7 +7,7 @@ BUILD_DIR=${1:-build}
 
 PACKAGES=(build-essential cmake ccache git
   libtorch-dev libopenblas0-openmp libgloo-dev
-  nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <iostream>
 #include <optional>
+#include <set>
 
 #include "data/batch_sampler.h"
 #include "data/token_dataset.h"
@@ -42,6 +43,8 @@ struct Args {
   uint64_t seed = 1234;
   std::string metrics;
   std::string save_16bit;
+  std::string save_dir, load_dir, load_tag, init_from;
+  int64_t save_interval = 0;
   bool no_progress = false;
   bool zero_init = true;
   // HF-style flags that fill "auto".
@@ -67,6 +70,13 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--save_16bit", a.save_16bit,
                  "after training, write the whole model's weights here as safetensors (DeepSpeed's save_16bit_model; "
                  "ZeRO-3 needs stage3_gather_16bit_weights_on_model_save)");
+  app.add_option("--save_dir", a.save_dir, "write checkpoints here (every --save_interval steps and at the end)");
+  app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--load_dir", a.load_dir, "resume from the checkpoint `latest` names here (any world size / stage)");
+  app.add_option("--load_tag", a.load_tag, "resume from this tag of --load_dir instead of `latest`");
+  app.add_option("--init_from", a.init_from,
+                 "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
   app.add_option("--zero_init", a.zero_init,
                  "ZeRO-3: build the model partitioned, one block at a time (DeepSpeed's zero.Init; default 1); 0 "
@@ -109,6 +119,22 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
   if (a.n_head) c.n_head = *a.n_head;
   c.validate();
   return c;
+}
+
+// --init_from: every parameter from HF GPT-2 weights. A file holding parameters this model lacks (another depth)
+// is an error rather than a silent partial load; one lacking a parameter of the model fails in load_weights.
+void init_from_hf(dscpp::Engine& engine, torch::nn::Module& model, const std::string& path, int rank) {
+  const dscpp::HfGpt2Weights weights(path);
+  std::set<std::string> ours;
+  for (const auto& item : model.named_parameters()) ours.insert(item.key());
+  for (const auto& name : weights.names()) {
+    if (!ours.count(name)) {
+      throw std::invalid_argument("--init_from " + path + ": holds parameter '" + name + "', which this model (" +
+                                  "--model/--n_layer/--n_embd) does not have");
+    }
+  }
+  engine.load_weights([&](const std::string& name, const std::vector<int64_t>& shape) { return weights.read(name, shape); });
+  if (rank == 0) std::cerr << "[gpt-train] initialised from " << path << std::endl;
 }
 
 int run(const Args& a) {
@@ -156,6 +182,13 @@ int run(const Args& a) {
   model->set_block_runner([&engine](const torch::nn::Module& block, const std::function<torch::Tensor()>& call) {
     return engine->run_unit(block, call);
   });
+  if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);
+  if (!a.load_dir.empty()) engine->load_checkpoint(a.load_dir, a.load_tag);
+  // Saved with every checkpoint, so `dscpp consolidate --format hf-gpt2` can write HF's config.json.
+  const nlohmann::json client_state = {
+      {"gpt2",
+       {{"vocab_size", model_cfg.vocab_size}, {"block_size", model_cfg.block_size}, {"n_embd", model_cfg.n_embd},
+        {"n_layer", model_cfg.n_layer}, {"n_head", model_cfg.n_head}, {"layer_norm_eps", model_cfg.layer_norm_eps}}}};
 
   gpt::BatchSamplerOptions sampling;
   sampling.seq_len = seq_len;
@@ -197,6 +230,10 @@ int run(const Args& a) {
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s}});
+    }
+    const int64_t done = engine->global_steps();
+    if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {
+      engine->save_checkpoint(a.save_dir, "", client_state);
     }
   }
   progress.finish();

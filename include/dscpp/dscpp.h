@@ -1,6 +1,8 @@
 // deepspeed.cpp's public API in one include: config → initialize → backward/step.
 #pragma once
 
+#include "dscpp/checkpoint/consolidate.h"
+#include "dscpp/checkpoint/hf_gpt2.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/engine.h"

@@ -7,9 +7,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
+#include <zlib.h>
 
 namespace dscpp {
 namespace {
@@ -45,6 +46,19 @@ void write_all(int fd, const char* data, int64_t bytes, int64_t offset, const st
 
 }  // namespace
 
+uint32_t crc32_of(const void* data, int64_t bytes, uint32_t crc) {
+  // zlib takes uInt lengths: feed it in pieces below 4 GiB.
+  const auto* p = static_cast<const Bytef*>(data);
+  uLong value = crc;
+  while (bytes > 0) {
+    const auto n = static_cast<uInt>(std::min<int64_t>(bytes, int64_t{1} << 30));
+    value = ::crc32(value, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<uint32_t>(value);
+}
+
 std::string safetensors_dtype(torch::ScalarType dtype) {
   for (const auto& [type, name] : dtype_names())
     if (type == dtype) return name;
@@ -78,6 +92,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, const std::vector<TensorI
   write_all(fd_, reinterpret_cast<const char*>(length), 8, 0, path_);
   write_all(fd_, text.data(), static_cast<int64_t>(text.size()), 8, path_);
   data_start_ = 8 + static_cast<int64_t>(text.size());
+  header_crc_ = crc32_of(text.data(), static_cast<int64_t>(text.size()), crc32_of(length, 8));
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -97,6 +112,7 @@ void SafetensorsWriter::write(const std::string& name, const torch::Tensor& tens
   }
   const auto host = tensor.detach().to(torch::kCPU, entry.info.dtype).contiguous();
   write_all(fd_, static_cast<const char*>(host.data_ptr()), entry.bytes, data_start_ + entry.begin, path_);
+  entry.crc = crc32_of(host.data_ptr(), entry.bytes);
   entry.written = true;
 }
 
@@ -104,6 +120,14 @@ void SafetensorsWriter::close() {
   for (const auto& [name, entry] : entries_) {
     if (!entry.written) throw std::logic_error(path_ + ": tensor '" + name + "' was declared but never written");
   }
+  // The whole file's CRC from its pieces, in file order, without reading anything back.
+  std::vector<const Entry*> in_order;
+  for (const auto& [name, entry] : entries_) in_order.push_back(&entry);
+  std::sort(in_order.begin(), in_order.end(), [](const Entry* a, const Entry* b) { return a->begin < b->begin; });
+  uLong crc = header_crc_;
+  for (const Entry* entry : in_order) crc = ::crc32_combine(crc, entry->crc, static_cast<z_off_t>(entry->bytes));
+  file_crc_ = static_cast<uint32_t>(crc);
+  file_bytes_ = data_start_ + (in_order.empty() ? 0 : in_order.back()->begin + in_order.back()->bytes);
   if (::fsync(fd_) != 0) throw std::runtime_error(path_ + ": fsync failed: " + errno_text());
   ::close(fd_);
   fd_ = -1;
@@ -114,41 +138,129 @@ void SafetensorsWriter::close() {
   }
 }
 
-std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open");
-  in.seekg(0, std::ios::end);
-  const int64_t size = in.tellg();
-  in.seekg(0);
-  uint8_t length[8];
-  if (size < 8 || !in.read(reinterpret_cast<char*>(length), 8)) throw std::runtime_error(path + ": truncated header");
-  uint64_t header_bytes = 0;
-  for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length[i];
-  if (header_bytes > static_cast<uint64_t>(size - 8)) throw std::runtime_error(path + ": header length past the end");
-  std::string text(header_bytes, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(header_bytes));
-  nlohmann::json header;
+uint32_t SafetensorsWriter::tensor_crc32(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end()) throw std::invalid_argument(path_ + ": tensor '" + name + "' was not declared");
+  return it->second.crc;
+}
+
+SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw std::runtime_error(path_ + ": cannot open: " + errno_text());
   try {
-    header = nlohmann::json::parse(text);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": bad JSON header: " + e.what());
-  }
-  const int64_t data_start = 8 + static_cast<int64_t>(header_bytes);
-  std::map<std::string, torch::Tensor> out;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") continue;
-    const auto dtype = parse_dtype(entry.at("dtype").get<std::string>(), path);
-    const auto shape = entry.at("shape").get<std::vector<int64_t>>();
-    const auto range = entry.at("data_offsets").get<std::vector<int64_t>>();
-    auto tensor = torch::empty(shape, torch::TensorOptions().dtype(dtype));
-    if (range.size() != 2 || range[1] - range[0] != static_cast<int64_t>(tensor.nbytes()) ||
-        data_start + range[1] > size) {
-      throw std::runtime_error(path + ": tensor '" + name + "' byte range is wrong or past the end (file truncated?)");
+    file_bytes_ = ::lseek(fd_, 0, SEEK_END);
+    uint8_t length[8];
+    if (file_bytes_ < 8 || ::pread(fd_, length, 8, 0) != 8) {
+      throw std::runtime_error(path_ + ": truncated: " + std::to_string(file_bytes_) + " bytes, no header");
     }
-    in.seekg(data_start + range[0]);
-    in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(tensor.nbytes()));
-    out.emplace(name, tensor);
+    uint64_t header_bytes = 0;
+    for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length[i];
+    if (header_bytes > static_cast<uint64_t>(file_bytes_ - 8)) {
+      throw std::runtime_error(path_ + ": truncated or not safetensors: the header claims " +
+                               std::to_string(header_bytes) + " bytes, the file has " + std::to_string(file_bytes_));
+    }
+    std::string text(header_bytes, '\0');
+    if (::pread(fd_, text.data(), header_bytes, 8) != static_cast<ssize_t>(header_bytes)) {
+      throw std::runtime_error(path_ + ": cannot read the header: " + errno_text());
+    }
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(text);
+    } catch (const std::exception& e) {
+      throw std::runtime_error(path_ + ": bad JSON header: " + e.what());
+    }
+    if (!header.is_object()) throw std::runtime_error(path_ + ": bad header: not a JSON object");
+    const int64_t data_start = 8 + static_cast<int64_t>(header_bytes);
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        for (const auto& [key, value] : entry.items()) {
+          if (value.is_string()) metadata_[key] = value.get<std::string>();
+        }
+        continue;
+      }
+      StoredTensor stored;
+      std::vector<int64_t> range;
+      try {
+        stored.info = {name, parse_dtype(entry.at("dtype").get<std::string>(), path_),
+                       entry.at("shape").get<std::vector<int64_t>>()};
+        range = entry.at("data_offsets").get<std::vector<int64_t>>();
+      } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error(path_ + ": bad header entry for '" + name + "': " + e.what());
+      }
+      int64_t numel = 1;
+      for (int64_t d : stored.info.shape) {
+        if (d < 0) throw std::runtime_error(path_ + ": tensor '" + name + "' has a negative dimension");
+        numel *= d;
+      }
+      stored.bytes = numel * static_cast<int64_t>(c10::elementSize(stored.info.dtype));
+      if (range.size() != 2 || range[0] < 0 || range[1] - range[0] != stored.bytes) {
+        throw std::runtime_error(path_ + ": tensor '" + name + "': data_offsets do not match its dtype and shape");
+      }
+      stored.offset = data_start + range[0];
+      if (stored.offset + stored.bytes > file_bytes_) {
+        throw std::runtime_error(path_ + ": truncated: tensor '" + name + "' ends at byte " +
+                                 std::to_string(stored.offset + stored.bytes) + " but the file has " +
+                                 std::to_string(file_bytes_));
+      }
+      tensors_.push_back(std::move(stored));
+    }
+    std::sort(tensors_.begin(), tensors_.end(),
+              [](const StoredTensor& a, const StoredTensor& b) { return a.offset < b.offset; });
+    for (size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].info.name, i);
+  } catch (...) {
+    ::close(fd_);
+    throw;
   }
+}
+
+SafetensorsReader::~SafetensorsReader() { ::close(fd_); }
+
+const StoredTensor& SafetensorsReader::tensor(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw std::runtime_error(path_ + ": has no tensor '" + name + "'");
+  return tensors_[it->second];
+}
+
+torch::Tensor SafetensorsReader::read(const std::string& name, std::optional<uint32_t> expected_crc32) const {
+  const auto& stored = tensor(name);
+  auto out = torch::empty(stored.info.shape, torch::TensorOptions().dtype(stored.info.dtype));
+  read_into(name, out, expected_crc32);
+  return out;
+}
+
+void SafetensorsReader::read_into(const std::string& name, torch::Tensor& out,
+                                  std::optional<uint32_t> expected_crc32) const {
+  const auto& stored = tensor(name);
+  if (!out.is_contiguous() || !out.device().is_cpu() || out.scalar_type() != stored.info.dtype ||
+      static_cast<int64_t>(out.nbytes()) != stored.bytes) {
+    throw std::invalid_argument(path_ + ": tensor '" + name + "' cannot be read into a " +
+                                std::string(c10::toString(out.scalar_type())) + " tensor of " +
+                                std::to_string(out.numel()) + " elements");
+  }
+  auto* dst = static_cast<char*>(out.data_ptr());
+  int64_t done = 0;
+  while (done < stored.bytes) {
+    const ssize_t n = ::pread(fd_, dst + done, static_cast<size_t>(stored.bytes - done), stored.offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw std::runtime_error(path_ + ": cannot read tensor '" + name + "': " +
+                               (n < 0 ? errno_text() : std::string("unexpected end of file")));
+    }
+    done += n;
+  }
+  if (expected_crc32) {
+    const uint32_t crc = crc32_of(dst, stored.bytes);
+    if (crc != *expected_crc32) {
+      throw std::runtime_error(path_ + ": checksum mismatch in tensor '" + name + "' (crc32 " + std::to_string(crc) +
+                               ", the manifest says " + std::to_string(*expected_crc32) + "): the file is corrupt");
+    }
+  }
+}
+
+std::map<std::string, torch::Tensor> read_safetensors(const std::string& path) {
+  SafetensorsReader reader(path);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& stored : reader.tensors()) out.emplace(stored.info.name, reader.read(stored.info.name));
   return out;
 }
 

@@ -206,6 +206,7 @@ void Engine::update(StepReport& report) {
   report.lr = schedule_->lr_at(t);
   report.loss_scale = scaler_->scale();
   ++global_steps_;
+  global_samples_ += config_.batch.train_batch_size;
   report.step = global_steps_;
 
   stage_->reduce_gradients();
@@ -263,11 +264,8 @@ bool Engine::save_16bit_model(const std::string& path) {
   std::string error;
   if (rank() == 0) {
     // The same parameters, names and order the stage visits; their sizes stay valid while ZeRO-3 holds no storage.
-    std::vector<torch::Tensor> params;
-    std::vector<std::string> names;
-    collect_params(*model_, params, names);
     std::vector<TensorInfo> infos;
-    for (size_t i = 0; i < params.size(); ++i) infos.push_back({names[i], dtype_, params[i].sizes().vec()});
+    for (const auto& p : param_entries()) infos.push_back({p.name, dtype_, p.shape});
     try {
       writer = std::make_unique<SafetensorsWriter>(path, infos, std::map<std::string, std::string>{{"format", "pt"}});
     } catch (const std::exception& e) {
@@ -283,6 +281,15 @@ bool Engine::save_16bit_model(const std::string& path) {
   });
   if (writer) writer->close();
   return true;
+}
+
+std::vector<ParamEntry> Engine::param_entries() const {
+  std::vector<torch::Tensor> params;
+  std::vector<std::string> names;
+  collect_params(*model_, params, names);
+  std::vector<ParamEntry> out;
+  for (size_t i = 0; i < params.size(); ++i) out.push_back({names[i], params[i].sizes().vec()});
+  return out;
 }
 
 ModelStateMemory Engine::memory() const {

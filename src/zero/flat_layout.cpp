@@ -1,6 +1,7 @@
 // FlatLayout: packing parameters into groups and sharding each group evenly over ranks.
 #include "dscpp/zero/flat_layout.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace dscpp {
@@ -52,6 +53,21 @@ int64_t FlatLayout::shard_offset(int group, int rank) const {
   }
   const auto& g = groups_[group];
   return g.offset + rank * g.shard_numel;
+}
+
+std::vector<ShardFragment> FlatLayout::shard_fragments(int rank) const {
+  std::vector<ShardFragment> out;
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    const int64_t begin = shard_offset(g, rank);
+    const int64_t end = begin + groups_[g].shard_numel;
+    for (int i = groups_[g].param_begin; i < groups_[g].param_end; ++i) {
+      const auto& slot = slots_[i];
+      const int64_t lo = std::max(begin, slot.offset);
+      const int64_t hi = std::min(end, slot.offset + slot.numel);
+      if (lo < hi) out.push_back(ShardFragment{i, lo - slot.offset, hi - lo, lo});
+    }
+  }
+  return out;
 }
 
 }  // namespace dscpp

@@ -47,6 +47,8 @@ class Stage0 final : public ZeroStage {
     if (ctx_.grad_post_scale != 1.0) master_grads_.mul_(ctx_.grad_post_scale);
   }
 
+  const FlatLayout& layout() const override { return flat_.layout(); }
+  bool master_is_whole() const override { return true; }
   torch::Tensor& master_params() override { return master_; }
   torch::Tensor& master_grads() override { return master_grads_; }
 

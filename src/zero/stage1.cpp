@@ -29,6 +29,7 @@ class Stage1 final : public ZeroStage {
     master_.prepare_master_grads();
   }
 
+  const FlatLayout& layout() const override { return flat_.layout(); }
   torch::Tensor& master_params() override { return master_.params(); }
   torch::Tensor& master_grads() override { return master_.master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }

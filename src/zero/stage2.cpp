@@ -42,6 +42,7 @@ class Stage2 final : public ZeroStage {
   // Reduced bucket by bucket in backward; only the fp32 widening for the optimizer is left.
   void reduce_gradients() override { master_.prepare_master_grads(); }
 
+  const FlatLayout& layout() const override { return flat_.layout(); }
   torch::Tensor& master_params() override { return master_.params(); }
   torch::Tensor& master_grads() override { return master_.master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }

@@ -148,6 +148,7 @@ class Stage3 final : public ZeroStage {
     master_->prepare_master_grads();
   }
 
+  const FlatLayout& layout() const override { return *layout_; }
   torch::Tensor& master_params() override { return master_->params(); }
   torch::Tensor& master_grads() override { return master_->master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_->local_grad_sq_norm(); }

@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "consolidate_command.h"
 #include "estimate_command.h"
 #include "launch_command.h"
 #include "plan_command.h"
@@ -16,6 +17,8 @@ int main(int argc, char** argv) {
   CLI::App* launch = dscpp::add_launch_command(app, launch_options);
   dscpp::EstimateArgs estimate_args;
   CLI::App* estimate = dscpp::add_estimate_command(app, estimate_args);
+  dscpp::ConsolidateArgs consolidate_args;
+  CLI::App* consolidate = dscpp::add_consolidate_command(app, consolidate_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
   try {
     if (plan->parsed()) dscpp::run_plan(plan_args, std::cout, std::cerr);
     if (estimate->parsed()) dscpp::run_estimate(estimate_args, std::cout);
+    if (consolidate->parsed()) dscpp::run_consolidate(consolidate_args, std::cout);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "dscpp/checkpoint/manifest.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
@@ -36,6 +39,17 @@ struct InitOptions {
   // units (when gather_units is empty; otherwise they must be among them), its comm the engine's, and its shards
   // the stage's partition. Needs zero_optimization.stage 3.
   std::shared_ptr<PartitionedInit> partitioned;
+};
+
+struct CheckpointLoadOptions {
+  // false: weights and step counters only; the optimizer starts fresh (its state need not match this optimizer).
+  bool load_optimizer_states = true;
+};
+
+struct LoadedCheckpoint {
+  std::string path;              // the tag directory read
+  std::string tag;
+  nlohmann::json client_state;   // what save_checkpoint was given (null when nothing)
 };
 
 // What the last accumulation boundary did.
@@ -104,9 +118,46 @@ class Engine {
   // returns false.
   bool save_16bit_model(const std::string& path);
 
+  // Checkpoints (SPEC §3.9). Collective: every rank calls them, at an accumulation boundary.
+  //
+  // save_checkpoint writes `save_dir/<tag>/` (tag default "global_step<N>"): one safetensors shard per rank with
+  // its fp32 master, optimizer state and (16-bit training) compute-dtype weights, each as fragments of named
+  // parameters, plus its CPU generator state; and a manifest (JSON) with the config, counters, loss scaler and
+  // every tensor's CRC-32. `save_dir/latest` names the tag only once all of it is fsynced and in place, so a crash
+  // during a save leaves the previous checkpoint and `latest` intact. `client_state` is stored as is. Returns the
+  // tag directory. Throws CheckpointError on every rank when any rank fails; nothing saved before is touched.
+  std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
+                              const nlohmann::json& client_state = nullptr);
+
+  // Loads `load_dir/<tag>` (`tag` empty: the one `latest` names) into this engine, whatever world size and ZeRO
+  // stage wrote it: each rank reads the fragments its own partition needs, checking every one against its CRC.
+  // Restores master weights (and from them the compute-dtype weights), optimizer state, the step counters (so the
+  // LR schedule position), the loss scaler and each rank's CPU generator (ranks the writer did not have keep
+  // theirs). Throws CheckpointError naming the file and the problem — missing tag or shard, truncated or corrupt
+  // shard, a manifest written for another model — on every rank, leaving the engine as it was.
+  LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
+                                   const CheckpointLoadOptions& options = {});
+
+  // Sets every trainable parameter to `source(name, shape)`'s value (whole, that shape, any dtype) — pretrained
+  // weights, e.g. HF GPT-2's (HfGpt2Weights). The master copy and the compute-dtype weights change on every stage;
+  // optimizer state and counters do not. Each rank asks only for the parameters its partition holds and keeps one
+  // at a time, so under ZeRO-3 no rank holds the model. Collective; throws on every rank when any rank's source
+  // throws, leaving the weights as they were.
+  using WeightSource = std::function<torch::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
+  void load_weights(const WeightSource& source);
+
+  // Samples consumed so far (global batch × optimizer boundaries): where the data stands.
+  int64_t global_samples() const { return global_samples_; }
+
  private:
   void update(StepReport& report);
   void log_step(const StepReport& report);
+  void check_at_boundary(const char* what) const;
+  std::vector<ParamEntry> param_entries() const;
+  // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
+  std::vector<ShardFragment> master_fragments() const;
+  // Which part of master_params() holds fragment `f` of this rank's layout.
+  int64_t master_offset(const ShardFragment& f) const;
 
   Config config_;
   std::shared_ptr<torch::nn::Module> model_;
@@ -122,6 +173,7 @@ class Engine {
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;
   int64_t skipped_steps_ = 0;
+  int64_t global_samples_ = 0;
   int64_t optimizer_state_bytes_ = 0;
   torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary
   StepReport last_step_;

@@ -19,6 +19,16 @@ struct ParamSlot {
   int group = 0;                // index into FlatLayout::groups()
 };
 
+// The part of one parameter that lies in one rank's shard: elements [param_begin, param_begin + numel) of the
+// flattened parameter, found at `flat_offset` in the flat buffer. A shard is contiguous and a parameter lies in
+// one group, so a rank holds at most one fragment of each parameter.
+struct ShardFragment {
+  int slot = 0;                 // index into FlatLayout::slots()
+  int64_t param_begin = 0;
+  int64_t numel = 0;
+  int64_t flat_offset = 0;
+};
+
 struct ParamGroup {
   int64_t offset = 0;           // first element in the flat buffer
   int64_t numel = 0;            // padded: a multiple of world_size
@@ -48,6 +58,10 @@ class FlatLayout {
 
   // First element of rank `rank`'s shard of group `group`, in the flat buffer.
   int64_t shard_offset(int group, int rank) const;
+
+  // The fragments of rank `rank`'s shards, in slot order (padding excluded). The shards of all ranks tile every
+  // parameter exactly, which is what lets a checkpoint written under one layout be read under another.
+  std::vector<ShardFragment> shard_fragments(int rank) const;
 
  private:
   std::vector<ParamSlot> slots_;

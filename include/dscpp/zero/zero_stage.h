@@ -68,6 +68,12 @@ class ZeroStage {
   virtual torch::Tensor& master_params() = 0;
   virtual torch::Tensor& master_grads() = 0;
 
+  // How the parameters are laid out and sharded. master_params() holds the whole padded flat buffer when
+  // master_is_whole() (stage 0), else this rank's shard of every group in group order (the layout's partition).
+  // Checkpoints address the master and optimizer state through it, whatever the stage.
+  virtual const FlatLayout& layout() const = 0;
+  virtual bool master_is_whole() const { return false; }
+
   // This rank's share of ‖g‖² (a 0-dim fp64 tensor): shares are disjoint across ranks and sum to the whole.
   virtual torch::Tensor local_grad_sq_norm() = 0;
 

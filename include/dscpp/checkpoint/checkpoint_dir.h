@@ -1,0 +1,42 @@
+// The directory protocol that makes a save atomic. Shards and the manifest are written into a hidden staging
+// directory (`save_dir/.<tag>.partial`), which becomes `save_dir/<tag>` by one rename once everything in it is
+// fsynced; `save_dir/latest` is replaced the same way afterwards. A crash at any point leaves every earlier tag
+// untouched and `latest` naming a complete one; a stale staging directory is removed by the next save of its tag.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace dscpp {
+
+// Throws CheckpointError unless `tag` can be a directory name here: not empty, no '/', not starting with '.', not
+// "latest".
+void check_tag(const std::string& tag);
+
+// The tag to load from `dir`: `tag` itself, or what `dir/latest` names when `tag` is empty. Throws CheckpointError
+// naming the path when the directory, `latest` or the tag does not exist (listing the tags that do).
+std::string resolve_tag(const std::string& dir, const std::string& tag);
+
+// The complete tags in `dir` (subdirectories holding a manifest), sorted.
+std::vector<std::string> list_tags(const std::string& dir);
+
+std::string staging_dir(const std::string& dir, const std::string& tag);
+
+// Creates `dir` if needed and an empty staging directory for `tag` (removing a stale one).
+void prepare_staging(const std::string& dir, const std::string& tag);
+
+// fsyncs the staging directory and renames it to `dir/<tag>` (an existing tag of that name is replaced: moved
+// aside first, removed after), then fsyncs `dir`.
+void publish_staging(const std::string& dir, const std::string& tag);
+
+// Replaces `dir/latest` with `tag` (temporary file, fsync, rename, fsync of `dir`).
+void write_latest(const std::string& dir, const std::string& tag);
+
+// Writes `text` to `path` through a temporary file, fsync and rename: `path` is either the old file or the whole
+// new one, never a part.
+void write_file_durably(const std::string& path, const std::string& text);
+
+// fsync of a directory, so renames inside it survive a power loss.
+void fsync_dir(const std::string& dir);
+
+}  // namespace dscpp

@@ -1,0 +1,101 @@
+// Manifest: the JSON that describes one checkpoint tag — what was trained (config, world size, stage, dtype), where
+// training stood (step counters, optimizer step count, loss scaler, schedule position), which parameters exist, and
+// for every rank's shard file which fragment of which parameter it holds and the CRC-32 of every tensor and of the
+// whole file. It is written last, by rank 0, after every shard file is on disk: a tag with a valid manifest is a
+// complete checkpoint.
+//
+// A fragment is a contiguous range of one flattened parameter. Because a checkpoint is addressed by parameter and
+// element range, never by the writer's flat buffer, a reader with any world size and any ZeRO stage finds what its
+// own partition needs (resharding load) and `dscpp consolidate` assembles whole parameters one at a time.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace dscpp {
+
+constexpr int kCheckpointFormatVersion = 1;
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kLatestFile = "latest";
+
+// Tensor names inside a shard file: "<kind>/<parameter name>", kind one of these or an optimizer state's name.
+constexpr const char* kMasterKind = "master";   // fp32 master weights
+constexpr const char* kParam16Kind = "param16"; // compute-dtype weights (16-bit training only)
+constexpr const char* kRngTensor = "rng/cpu";   // the rank's CPU generator state
+
+struct ParamEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  int64_t numel() const;
+};
+
+struct Fragment {
+  std::string param;
+  int64_t begin = 0;  // first element of the flattened parameter
+  int64_t numel = 0;
+};
+
+struct ShardFile {
+  int rank = 0;
+  std::string file;                             // relative to the tag directory
+  int64_t bytes = 0;
+  uint32_t crc32 = 0;                           // of the whole file
+  std::vector<Fragment> fragments;
+  std::map<std::string, uint32_t> tensor_crc32;  // every tensor in the file
+};
+
+struct ScalerEntry {
+  std::string type;  // LossScaler::name()
+  double scale = 1.0;
+  int64_t iteration = 0;
+  int64_t last_overflow_iteration = -1;
+  int hysteresis = 1;
+};
+
+struct Manifest {
+  int version = kCheckpointFormatVersion;
+  std::string tag;
+  int world_size = 1;
+  int zero_stage = 0;
+  std::string compute_dtype;          // "fp32", "bf16", "fp16"
+  int64_t global_steps = 0;
+  int64_t micro_steps = 0;
+  int64_t skipped_steps = 0;
+  int64_t global_samples = 0;         // samples consumed: the data position
+  std::string optimizer;              // FlatOptimizer::name()
+  int64_t optimizer_step_count = 0;
+  std::vector<std::string> optimizer_state;  // state tensor kinds, e.g. exp_avg, exp_avg_sq
+  std::string scheduler;              // the schedule's type ("" = constant lr); its position is global - skipped
+  ScalerEntry loss_scaler;
+  std::vector<ParamEntry> params;     // the model's trainable parameters, in registration order
+  std::vector<ShardFile> files;       // one per rank, by rank
+  nlohmann::json config;              // the resolved DeepSpeed config
+  nlohmann::json client_state;        // whatever the program passed to save_checkpoint (null if nothing)
+
+  nlohmann::json to_json() const;
+  // Throws CheckpointError naming `source` (the manifest's path) and the key that is missing or wrong.
+  static Manifest from_json(const nlohmann::json& json, const std::string& source);
+  // Reads and validates `tag_dir`/manifest.json.
+  static Manifest read(const std::string& tag_dir);
+
+  const ParamEntry* find_param(const std::string& name) const;
+};
+
+// Every way a checkpoint can be unusable: missing, incomplete, corrupt, or from another model. The message names
+// the file and what is wrong.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// "<kind>/<param>" — the tensor's name in a shard file.
+std::string shard_tensor_name(const std::string& kind, const std::string& param);
+// "rank_00003.safetensors".
+std::string shard_file_name(int rank);
+
+}  // namespace dscpp

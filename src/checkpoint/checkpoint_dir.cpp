@@ -1,0 +1,138 @@
+// Checkpoint directories: staging, publishing by rename, and `latest`.
+#include "dscpp/checkpoint/checkpoint_dir.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "dscpp/checkpoint/manifest.h"
+
+namespace fs = std::filesystem;
+
+namespace dscpp {
+namespace {
+
+std::string joined(const std::vector<std::string>& items) {
+  if (items.empty()) return "none";
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
+void fsync_path(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError(path + ": cannot open to fsync: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw CheckpointError(path + ": fsync failed: " + std::strerror(err));
+}
+
+}  // namespace
+
+void check_tag(const std::string& tag) {
+  if (tag.empty() || tag.find('/') != std::string::npos || tag[0] == '.' || tag == kLatestFile) {
+    throw CheckpointError("checkpoint tag '" + tag + "' is not allowed: it must be a plain directory name (no '/', "
+                          "not starting with '.', not \"latest\")");
+  }
+}
+
+std::vector<std::string> list_tags(const std::string& dir) {
+  std::vector<std::string> tags;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    if (!name.empty() && name[0] != '.' && fs::exists(entry.path() / kManifestFile)) tags.push_back(name);
+  }
+  std::sort(tags.begin(), tags.end());
+  return tags;
+}
+
+std::string resolve_tag(const std::string& dir, const std::string& tag) {
+  if (!fs::is_directory(dir)) throw CheckpointError(dir + ": no such checkpoint directory");
+  std::string resolved = tag;
+  if (resolved.empty()) {
+    const auto latest = (fs::path(dir) / kLatestFile).string();
+    std::ifstream in(latest);
+    if (!in) {
+      throw CheckpointError(latest + ": missing, so there is no latest checkpoint to load; pass a tag (complete "
+                            "tags here: " + joined(list_tags(dir)) + ")");
+    }
+    std::getline(in, resolved);
+    while (!resolved.empty() && std::isspace(static_cast<unsigned char>(resolved.back()))) resolved.pop_back();
+    if (resolved.empty()) throw CheckpointError(latest + ": empty; it should name a tag");
+  }
+  check_tag(resolved);
+  if (!fs::is_directory(fs::path(dir) / resolved)) {
+    throw CheckpointError((fs::path(dir) / resolved).string() + ": tag '" + resolved + "' does not exist (complete "
+                          "tags here: " + joined(list_tags(dir)) + ")");
+  }
+  return resolved;
+}
+
+std::string staging_dir(const std::string& dir, const std::string& tag) {
+  return (fs::path(dir) / ("." + tag + ".partial")).string();
+}
+
+void prepare_staging(const std::string& dir, const std::string& tag) {
+  check_tag(tag);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw CheckpointError(dir + ": cannot create the checkpoint directory: " + ec.message());
+  const auto staging = staging_dir(dir, tag);
+  fs::remove_all(staging, ec);  // a save of this tag that died earlier
+  if (ec) throw CheckpointError(staging + ": cannot remove a stale staging directory: " + ec.message());
+  fs::create_directory(staging, ec);
+  if (ec) throw CheckpointError(staging + ": cannot create: " + ec.message());
+}
+
+void publish_staging(const std::string& dir, const std::string& tag) {
+  const auto staging = staging_dir(dir, tag);
+  fsync_dir(staging);
+  const auto final_path = (fs::path(dir) / tag).string();
+  const auto replaced = (fs::path(dir) / ("." + tag + ".replaced")).string();
+  std::error_code ec;
+  fs::remove_all(replaced, ec);
+  const bool exists = fs::exists(final_path);
+  if (exists && std::rename(final_path.c_str(), replaced.c_str()) != 0) {
+    throw CheckpointError(final_path + ": cannot move the existing tag aside: " + std::strerror(errno));
+  }
+  if (std::rename(staging.c_str(), final_path.c_str()) != 0) {
+    throw CheckpointError(final_path + ": cannot move the finished checkpoint into place: " + std::strerror(errno));
+  }
+  fsync_dir(dir);
+  if (exists) fs::remove_all(replaced, ec);
+}
+
+void write_file_durably(const std::string& path, const std::string& text) {
+  const auto temp = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CheckpointError(temp + ": cannot create: " + std::strerror(errno));
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
+    ::unlink(temp.c_str());
+    throw CheckpointError(temp + ": cannot write: " + std::strerror(err));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int rename_err = errno;
+    ::unlink(temp.c_str());
+    throw CheckpointError(path + ": cannot replace: " + std::strerror(rename_err));
+  }
+}
+
+void write_latest(const std::string& dir, const std::string& tag) {
+  write_file_durably((fs::path(dir) / kLatestFile).string(), tag + "\n");
+  fsync_dir(dir);
+}
+
+void fsync_dir(const std::string& dir) { fsync_path(dir, O_RDONLY | O_DIRECTORY); }
+
+}  // namespace dscpp

@@ -1,0 +1,177 @@
+// consolidate: assemble each parameter from the shard files' fragments and stream it into the output shards.
+#include "dscpp/checkpoint/consolidate.h"
+
+#include <cctype>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/hf_gpt2.h"
+#include "dscpp/checkpoint/manifest.h"
+#include "dscpp/checkpoint/safetensors.h"
+
+namespace fs = std::filesystem;
+
+namespace dscpp {
+namespace {
+
+std::optional<torch::ScalarType> dtype_named(const std::string& name) {
+  if (name == "fp32") return torch::kFloat32;
+  if (name == "bf16") return torch::kBFloat16;
+  if (name == "fp16") return torch::kFloat16;
+  return std::nullopt;
+}
+
+// Reads the shard files of one tag, each opened once and checked against the manifest's size.
+class ShardFiles {
+ public:
+  ShardFiles(const Manifest& m, std::string tag_dir) : m_(m), tag_dir_(std::move(tag_dir)), readers_(m.world_size) {}
+
+  // Reads tensor `name` of rank `rank`'s file straight into `out`, checked against the manifest's CRC.
+  void read_into(int rank, const std::string& name, torch::Tensor out) {
+    auto& in = reader(rank);
+    const auto& sums = m_.files[rank].tensor_crc32;
+    auto crc = sums.find(name);
+    if (crc == sums.end()) throw CheckpointError(in.path() + ": the manifest has no checksum for '" + name + "'");
+    try {
+      in.read_into(name, out, crc->second);
+    } catch (const std::invalid_argument& e) {
+      throw CheckpointError(e.what());
+    } catch (const std::runtime_error& e) {
+      throw CheckpointError(e.what());
+    }
+  }
+
+  bool has(int rank, const std::string& name) { return m_.files[rank].tensor_crc32.count(name) != 0; }
+
+ private:
+  SafetensorsReader& reader(int rank) {
+    if (!readers_[rank]) {
+      const auto path = (fs::path(tag_dir_) / m_.files[rank].file).string();
+      if (!fs::exists(path)) throw CheckpointError(path + ": shard file of rank " + std::to_string(rank) + " is missing");
+      auto reader = std::make_unique<SafetensorsReader>(path);
+      if (reader->file_bytes() != m_.files[rank].bytes) {
+        throw CheckpointError(path + ": " + std::to_string(reader->file_bytes()) + " bytes, the manifest says " +
+                              std::to_string(m_.files[rank].bytes) + " (truncated or replaced)");
+      }
+      readers_[rank] = std::move(reader);
+    }
+    return *readers_[rank];
+  }
+
+  const Manifest& m_;
+  std::string tag_dir_;
+  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
+};
+
+}  // namespace
+
+int64_t parse_byte_size(const std::string& text) {
+  size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) {
+    ++digits;
+  }
+  std::string unit = text.substr(digits);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  const std::map<std::string, double> units = {{"", 1},      {"B", 1},       {"KB", 1e3},           {"MB", 1e6},
+                                               {"GB", 1e9},  {"TB", 1e12},   {"KIB", 1024.0},       {"MIB", 1048576.0},
+                                               {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
+  auto it = units.find(unit);
+  double value = 0;
+  try {
+    value = digits ? std::stod(text.substr(0, digits)) : -1;
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  if (it == units.end() || value <= 0) {
+    throw std::invalid_argument("size '" + text + "': expected a positive number with an optional unit (B, KB, MB, "
+                                "GB, TB, KiB, MiB, GiB, TiB), e.g. 5GB");
+  }
+  return static_cast<int64_t>(value * it->second);
+}
+
+ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::string& out_dir,
+                              const ConsolidateOptions& options) {
+  ConsolidateResult result;
+  result.tag = resolve_tag(checkpoint_dir, options.tag);
+  const auto tag_dir = (fs::path(checkpoint_dir) / result.tag).string();
+  const Manifest m = Manifest::read(tag_dir);
+  if (options.max_shard_bytes <= 0) throw std::invalid_argument("consolidate: max_shard_bytes must be > 0");
+
+  // The 16-bit weights as trained, when asked for that dtype; otherwise the fp32 master (rounded if asked).
+  const bool from_param16 = options.dtype != torch::kFloat32 && dtype_named(m.compute_dtype) == options.dtype;
+  const std::string kind = from_param16 ? kParam16Kind : kMasterKind;
+  const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype));
+
+  // Shards as HF plans them: parameters in order, a new file when the next one would pass the limit.
+  std::vector<std::vector<const ParamEntry*>> shards(1);
+  int64_t in_shard = 0;
+  for (const auto& p : m.params) {
+    const int64_t bytes = p.numel() * element;
+    if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    shards.back().push_back(&p);
+    in_shard += bytes;
+    result.total_bytes += bytes;
+    result.largest_tensor_bytes = std::max(result.largest_tensor_bytes, bytes);
+  }
+
+  std::map<std::string, std::vector<std::pair<int, const Fragment*>>> sources;
+  for (int r = 0; r < m.world_size; ++r) {
+    for (const auto& f : m.files[r].fragments) sources[f.param].emplace_back(r, &f);
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw CheckpointError(out_dir + ": cannot create: " + ec.message());
+  ShardFiles files(m, tag_dir);
+  const bool hf = options.format == WeightsFormat::kHfGpt2;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
+    const std::string file = shards.size() == 1 ? "model.safetensors" : name;
+    std::vector<TensorInfo> infos;
+    for (const auto* p : shards[s]) {
+      auto shape = p->shape;
+      if (hf && is_hf_gpt2_conv1d_weight(p->name) && shape.size() == 2) std::swap(shape[0], shape[1]);
+      infos.push_back({p->name, options.dtype, shape});
+    }
+    SafetensorsWriter writer((fs::path(out_dir) / file).string(), infos, {{"format", "pt"}});
+    for (const auto* p : shards[s]) {
+      auto whole = torch::empty({p->numel()}, torch::TensorOptions().dtype(from_param16 ? options.dtype : torch::kFloat32));
+      for (const auto& [rank, fragment] : sources.at(p->name)) {
+        const auto tensor_name = shard_tensor_name(kind, p->name);
+        if (!files.has(rank, tensor_name)) {
+          throw CheckpointError(tag_dir + ": rank " + std::to_string(rank) + "'s shard has no '" + tensor_name + "'");
+        }
+        files.read_into(rank, tensor_name, whole.narrow(0, fragment->begin, fragment->numel));
+      }
+      auto value = whole.view(p->shape).to(options.dtype);
+      writer.write(p->name, hf ? to_hf_gpt2(p->name, value) : value);
+      weight_map[p->name] = file;
+    }
+    writer.close();
+    result.files.push_back(file);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", result.total_bytes}}}, {"weight_map", weight_map}};
+    write_file_durably((fs::path(out_dir) / "model.safetensors.index.json").string(), index.dump(2));
+    result.files.push_back("model.safetensors.index.json");
+  }
+  if (hf && m.client_state.is_object() && m.client_state.contains("gpt2")) {
+    const auto& g = m.client_state["gpt2"];
+    auto config = hf_gpt2_config(g.at("vocab_size"), g.at("block_size"), g.at("n_embd"), g.at("n_layer"),
+                                 g.at("n_head"), g.at("layer_norm_eps"));
+    config["torch_dtype"] = options.dtype == torch::kFloat32 ? "float32"
+                            : options.dtype == torch::kBFloat16 ? "bfloat16" : "float16";
+    write_file_durably((fs::path(out_dir) / "config.json").string(), config.dump(2));
+    result.files.push_back("config.json");
+  }
+  return result;
+}
+
+}  // namespace dscpp

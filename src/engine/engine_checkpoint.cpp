@@ -1,0 +1,362 @@
+// Engine::save_checkpoint / load_checkpoint: the engine's state to and from the checkpoint format
+// (dscpp/checkpoint/manifest.h). Every rank writes the fragments of the parameters its shard holds and reads the
+// fragments its own partition needs, so neither side ever holds more than its partition plus one fragment, and the
+// reader's world size and ZeRO stage need not be the writer's.
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+
+#include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/safetensors.h"
+#include "dscpp/engine/engine.h"
+
+namespace fs = std::filesystem;
+
+namespace dscpp {
+namespace {
+
+// Crash testing: DSCPP_CHECKPOINT_KILL_AT=<point> makes the process SIGKILL itself there, so tests can show that a
+// save dying at that moment leaves the previous checkpoint and `latest` intact. Unset, it costs one getenv per save.
+void kill_point(const char* point) {
+  const char* at = std::getenv("DSCPP_CHECKPOINT_KILL_AT");
+  if (at != nullptr && std::string(at) == point) std::raise(SIGKILL);
+}
+
+// Runs `fn` on this rank and makes every rank agree on the outcome: if any rank failed, every rank throws (the
+// failed one with its own message), so no rank goes on into a collective the others will never join.
+void all_or_none(Comm& comm, const std::string& what, const std::function<void()>& fn) {
+  std::string error;
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  const auto failed = comm.side_all_gather({error.empty() ? 0 : 1});
+  for (int r = 0; r < static_cast<int>(failed.size()); ++r) {
+    if (failed[r] == 0) continue;
+    throw CheckpointError(error.empty() ? what + ": failed on rank " + std::to_string(r) + " (its error is in its log)"
+                                        : error);
+  }
+}
+
+std::vector<std::string> state_kinds(FlatOptimizer& optimizer) {
+  std::vector<std::string> kinds;
+  for (const auto& [name, tensor] : optimizer.state_tensors()) kinds.push_back(name);
+  return kinds;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
+
+// Throws unless the checkpoint holds exactly this model's trainable parameters, with the same shapes.
+void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, const std::string& source) {
+  std::map<std::string, const ParamEntry*> ours;
+  for (const auto& p : params) ours.emplace(p.name, &p);
+  for (const auto& p : m.params) {
+    auto it = ours.find(p.name);
+    if (it == ours.end()) {
+      throw CheckpointError(source + ": written for a different model: it has parameter '" + p.name +
+                            "', this model does not");
+    }
+    if (it->second->shape != p.shape) {
+      throw CheckpointError(source + ": written for a different model: parameter '" + p.name + "' is " +
+                            shape_text(p.shape) + " there, " + shape_text(it->second->shape) + " here");
+    }
+    ours.erase(it);
+  }
+  if (!ours.empty()) {
+    throw CheckpointError(source + ": written for a different model: this model has parameter '" +
+                          ours.begin()->first + "', the checkpoint does not");
+  }
+}
+
+}  // namespace
+
+void Engine::check_at_boundary(const char* what) const {
+  if (micro_steps_ % config_.batch.grad_accum != 0) {
+    throw std::logic_error(std::string(what) + ": called after micro-step " + std::to_string(micro_steps_) +
+                           ", inside an accumulation of " + std::to_string(config_.batch.grad_accum) +
+                           "; call it after the step() that ends one");
+  }
+}
+
+int64_t Engine::master_offset(const ShardFragment& f) const {
+  if (stage_->master_is_whole()) return f.flat_offset;
+  const auto& layout = stage_->layout();
+  const int group = layout.slots()[f.slot].group;
+  return layout.groups()[group].partition_offset + (f.flat_offset - layout.shard_offset(group, rank()));
+}
+
+std::vector<ShardFragment> Engine::master_fragments() const {
+  const auto& layout = stage_->layout();
+  if (!stage_->master_is_whole()) return layout.shard_fragments(rank());
+  std::vector<ShardFragment> out;
+  for (int i = 0; i < static_cast<int>(layout.slots().size()); ++i) {
+    const auto& slot = layout.slots()[i];
+    out.push_back({i, 0, slot.numel, slot.offset});
+  }
+  return out;
+}
+
+std::string Engine::save_checkpoint(const std::string& save_dir, const std::string& tag_arg,
+                                    const nlohmann::json& client_state) {
+  check_at_boundary("save_checkpoint");
+  const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(global_steps_) : tag_arg;
+  check_tag(tag);
+  const std::string staging = staging_dir(save_dir, tag);
+  all_or_none(*comm_, "save_checkpoint", [&] {
+    if (rank() == 0) prepare_staging(save_dir, tag);
+  });
+
+  // This rank's shard: for each fragment its shard holds, the master, every optimizer state and (16-bit training)
+  // the compute-dtype weights, which publish_params makes the master rounded to the compute dtype.
+  const auto& layout = stage_->layout();
+  const auto fragments = layout.shard_fragments(rank());
+  auto& master = stage_->master_params();
+  const auto states = optimizer_->state_tensors();
+  const bool param16 = dtype_ != torch::kFloat32;
+  torch::Tensor rng_state;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng_state = generator.get_state();
+  }
+  struct Planned {
+    std::string name;
+    torch::Tensor value;
+  };
+  std::vector<Planned> planned;
+  for (const auto& f : fragments) {
+    const auto& name = layout.slots()[f.slot].name;
+    const int64_t at = master_offset(f);
+    planned.push_back({shard_tensor_name(kMasterKind, name), master.narrow(0, at, f.numel)});
+    for (const auto& [kind, state] : states) {
+      planned.push_back({shard_tensor_name(kind, name), state.narrow(0, at, f.numel)});
+    }
+    if (param16) planned.push_back({shard_tensor_name(kParam16Kind, name), master.narrow(0, at, f.numel).to(dtype_)});
+  }
+  planned.push_back({kRngTensor, rng_state});
+
+  std::vector<int64_t> sums;  // bytes, file crc, then every tensor's crc in planned order
+  all_or_none(*comm_, "save_checkpoint", [&] {
+    std::vector<TensorInfo> infos;
+    for (const auto& p : planned) infos.push_back({p.name, p.value.scalar_type(), p.value.sizes().vec()});
+    SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
+                             {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
+    for (size_t i = 0; i < planned.size(); ++i) {
+      writer.write(planned[i].name, planned[i].value);
+      if (i == planned.size() / 2) kill_point("shard_half_written");
+    }
+    writer.close();
+    sums = {writer.file_bytes(), writer.file_crc32()};
+    for (const auto& p : planned) sums.push_back(writer.tensor_crc32(p.name));
+  });
+  kill_point("shard_written");
+
+  // Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
+  const int world = world_size();
+  const auto lengths = comm_->side_all_gather({static_cast<int64_t>(sums.size())});
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  sums.resize(longest, 0);
+  const auto all_sums = comm_->side_all_gather(sums);
+  all_or_none(*comm_, "save_checkpoint", [&] {
+    if (rank() != 0) return;
+    Manifest m;
+    m.tag = tag;
+    m.world_size = world;
+    m.zero_stage = stage_->stage();
+    m.compute_dtype = to_string(config_.compute_dtype());
+    m.global_steps = global_steps_;
+    m.micro_steps = micro_steps_;
+    m.skipped_steps = skipped_steps_;
+    m.global_samples = global_samples_;
+    m.optimizer = optimizer_->name();
+    m.optimizer_step_count = optimizer_->step_count();
+    m.optimizer_state = state_kinds(*optimizer_);
+    m.scheduler = config_.scheduler ? config_.scheduler->type : "";
+    const auto scaler = scaler_->state();
+    m.loss_scaler = {scaler_->name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration,
+                     scaler.hysteresis};
+    m.params = param_entries();
+    m.config = config_.resolved;
+    m.client_state = client_state;
+    for (int r = 0; r < world; ++r) {
+      const int64_t* s = all_sums.data() + r * longest;
+      ShardFile file;
+      file.rank = r;
+      file.file = shard_file_name(r);
+      file.bytes = s[0];
+      file.crc32 = static_cast<uint32_t>(s[1]);
+      // Rank r's tensors, named as it planned them: the same arithmetic on the same layout.
+      int64_t next = 2;
+      for (const auto& f : layout.shard_fragments(r)) {
+        const auto& name = layout.slots()[f.slot].name;
+        file.fragments.push_back({name, f.param_begin, f.numel});
+        file.tensor_crc32[shard_tensor_name(kMasterKind, name)] = static_cast<uint32_t>(s[next++]);
+        for (const auto& [kind, state] : states) {
+          file.tensor_crc32[shard_tensor_name(kind, name)] = static_cast<uint32_t>(s[next++]);
+        }
+        if (param16) file.tensor_crc32[shard_tensor_name(kParam16Kind, name)] = static_cast<uint32_t>(s[next++]);
+      }
+      file.tensor_crc32[kRngTensor] = static_cast<uint32_t>(s[next++]);
+      if (next != lengths[r]) {
+        throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(lengths[r]) +
+                               " checksums, rank 0 expected " + std::to_string(next));
+      }
+      m.files.push_back(std::move(file));
+    }
+    // Write the manifest as a whole file (temporary name, fsync, rename) inside the staging directory.
+    const auto path = (fs::path(staging) / kManifestFile).string();
+    write_file_durably(path, m.to_json().dump(1));
+    kill_point("manifest_written");
+    publish_staging(save_dir, tag);
+    kill_point("published");
+    write_latest(save_dir, tag);
+  });
+  log_("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
+       std::to_string(global_steps_) + ", " + std::to_string(world) + " shard files)");
+  return (fs::path(save_dir) / tag).string();
+}
+
+LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std::string& tag_arg,
+                                         const CheckpointLoadOptions& options) {
+  check_at_boundary("load_checkpoint");
+  LoadedCheckpoint loaded;
+  Manifest m;
+  auto states = optimizer_->state_tensors();
+  all_or_none(*comm_, "load_checkpoint", [&] {
+    loaded.tag = resolve_tag(load_dir, tag_arg);
+    loaded.path = (fs::path(load_dir) / loaded.tag).string();
+    const auto source = (fs::path(loaded.path) / kManifestFile).string();
+    m = Manifest::read(loaded.path);
+    check_same_model(m, param_entries(), source);
+    if (options.load_optimizer_states) {
+      if (m.optimizer != optimizer_->name() || m.optimizer_state != state_kinds(*optimizer_)) {
+        std::string kinds;
+        for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
+        throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded "
+                              "into " + optimizer_->name() + "; load with load_optimizer_states = false to keep only "
+                              "the weights and counters");
+      }
+    }
+  });
+
+  // Where each parameter's fragments are: name → (file, fragment).
+  std::map<std::string, std::vector<std::pair<int, const Fragment*>>> sources;
+  for (int r = 0; r < m.world_size; ++r) {
+    for (const auto& f : m.files[r].fragments) sources[f.param].emplace_back(r, &f);
+  }
+  std::vector<std::unique_ptr<SafetensorsReader>> readers(m.world_size);
+  auto reader = [&](int r) -> SafetensorsReader& {
+    if (!readers[r]) {
+      const auto& file = m.files[r];
+      const auto path = (fs::path(loaded.path) / file.file).string();
+      if (!fs::exists(path)) throw CheckpointError(path + ": shard file of rank " + std::to_string(r) + " is missing");
+      readers[r] = std::make_unique<SafetensorsReader>(path);
+      if (readers[r]->file_bytes() != file.bytes) {
+        throw CheckpointError(path + ": " + std::to_string(readers[r]->file_bytes()) + " bytes, the manifest says " +
+                              std::to_string(file.bytes) + " (truncated or replaced)");
+      }
+    }
+    return *readers[r];
+  };
+  auto read_checked = [&](int r, const std::string& name) {
+    auto& in = reader(r);
+    auto crc = m.files[r].tensor_crc32.find(name);
+    if (crc == m.files[r].tensor_crc32.end()) {
+      throw CheckpointError(in.path() + ": the manifest has no checksum for tensor '" + name + "'");
+    }
+    return in.read(name, crc->second);
+  };
+
+  // Read everything this rank's partition needs into fresh tensors first, so a failure leaves the engine as it was.
+  auto& master = stage_->master_params();
+  auto new_master = torch::zeros_like(master);
+  std::vector<torch::Tensor> new_states;
+  if (options.load_optimizer_states) {
+    for (const auto& [kind, state] : states) new_states.push_back(torch::zeros_like(state));
+  }
+  torch::Tensor rng_state;
+  all_or_none(*comm_, "load_checkpoint", [&] {
+    const auto& layout = stage_->layout();
+    for (const auto& want : master_fragments()) {
+      const auto& name = layout.slots()[want.slot].name;
+      const int64_t lo = want.param_begin, hi = want.param_begin + want.numel, at = master_offset(want);
+      for (const auto& [r, have] : sources.at(name)) {
+        const int64_t from = std::max(lo, have->begin), to = std::min(hi, have->begin + have->numel);
+        if (from >= to) continue;
+        auto copy = [&](torch::Tensor& dst, const std::string& kind) {
+          const auto src = read_checked(r, shard_tensor_name(kind, name));
+          if (src.numel() != have->numel || src.scalar_type() != torch::kFloat32) {
+            throw CheckpointError(reader(r).path() + ": tensor '" + shard_tensor_name(kind, name) +
+                                  "' does not match its fragment in the manifest");
+          }
+          dst.narrow(0, at + (from - lo), to - from).copy_(src.narrow(0, from - have->begin, to - from));
+        };
+        copy(new_master, kMasterKind);
+        for (size_t k = 0; k < new_states.size(); ++k) copy(new_states[k], states[k].first);
+      }
+    }
+    if (rank() < m.world_size) rng_state = read_checked(rank(), kRngTensor);
+  });
+
+  // Commit.
+  {
+    torch::NoGradGuard no_grad;
+    master.copy_(new_master);
+    for (size_t k = 0; k < new_states.size(); ++k) states[k].second.copy_(new_states[k]);
+  }
+  if (options.load_optimizer_states) optimizer_->set_step_count(m.optimizer_step_count);
+  stage_->publish_params();
+  global_steps_ = m.global_steps;
+  micro_steps_ = m.micro_steps;
+  skipped_steps_ = m.skipped_steps;
+  global_samples_ = m.global_samples;
+  if (m.loss_scaler.type == scaler_->name()) {
+    scaler_->load_state({m.loss_scaler.scale, m.loss_scaler.iteration, m.loss_scaler.last_overflow_iteration,
+                         m.loss_scaler.hysteresis});
+  } else {
+    log_("[deepspeed.cpp] the checkpoint's loss scaler is " + m.loss_scaler.type + ", this run's " + scaler_->name() +
+         ": the scaler starts fresh");
+  }
+  if (rng_state.defined()) {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_state(rng_state);
+  }
+  if (m.world_size < world_size()) {
+    log_("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +
+         std::to_string(m.world_size) + ".." + std::to_string(world_size() - 1) + " keep their own");
+  }
+  loaded.client_state = m.client_state;
+  log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
+       std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
+  return loaded;
+}
+
+void Engine::load_weights(const WeightSource& source) {
+  check_at_boundary("load_weights");
+  auto& master = stage_->master_params();
+  auto new_master = master.clone();
+  all_or_none(*comm_, "load_weights", [&] {
+    const auto& layout = stage_->layout();
+    for (const auto& want : master_fragments()) {
+      const auto& slot = layout.slots()[want.slot];
+      const auto value = source(slot.name, slot.shape);
+      if (!value.defined() || value.sizes().vec() != slot.shape) {
+        throw std::invalid_argument("load_weights: the value given for '" + slot.name + "' is " +
+                                    (value.defined() ? c10::str(value.sizes()) : std::string("undefined")) +
+                                    ", the parameter is " + shape_text(slot.shape));
+      }
+      new_master.narrow(0, master_offset(want), want.numel)
+          .copy_(value.reshape({-1}).narrow(0, want.param_begin, want.numel));
+    }
+  });
+  {
+    torch::NoGradGuard no_grad;
+    master.copy_(new_master);
+  }
+  stage_->publish_params();
+}
+
+}  // namespace dscpp

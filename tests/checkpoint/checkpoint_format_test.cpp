@@ -1,0 +1,198 @@
+// The checkpoint format without processes: safetensors checksums and damage, manifest validation, the directory
+// protocol (tags, latest, staging), fragment arithmetic and byte sizes.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "../common/subprocess.h"
+#include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/consolidate.h"
+#include "dscpp/checkpoint/manifest.h"
+#include "dscpp/checkpoint/safetensors.h"
+#include "dscpp/zero/flat_layout.h"
+
+namespace dscpp::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Safetensors, ChecksumsMatchTheBytesWrittenAndDamageIsNamed) {
+  const auto dir = temp_dir("safetensors_crc");
+  const auto path = (dir / "a.safetensors").string();
+  const auto a = torch::arange(1000, torch::kFloat32), b = torch::arange(10, torch::kInt64);
+  SafetensorsWriter writer(path, {{"a", torch::kFloat32, {1000}}, {"b", torch::kInt64, {10}}});
+  writer.write("b", b);  // any order
+  writer.write("a", a);
+  writer.close();
+  EXPECT_EQ(writer.tensor_crc32("a"), crc32_of(a.data_ptr(), a.nbytes()));
+  // The whole file's CRC, combined from its pieces without reading back, equals the CRC of the file's bytes.
+  const auto bytes = read_text(path);
+  EXPECT_EQ(writer.file_bytes(), static_cast<int64_t>(bytes.size()));
+  EXPECT_EQ(writer.file_crc32(), crc32_of(bytes.data(), static_cast<int64_t>(bytes.size())));
+
+  SafetensorsReader reader(path);
+  EXPECT_TRUE(torch::equal(reader.read("a", writer.tensor_crc32("a")), a));
+  EXPECT_TRUE(torch::equal(reader.read("b"), b));
+
+  // One flipped byte inside "a": the checked read names the file and the tensor.
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(bytes.size() - 80 - 100));
+    f.put('\x7f');
+  }
+  const auto corrupt = error_of([&] { SafetensorsReader(path).read("a", writer.tensor_crc32("a")); });
+  EXPECT_NE(corrupt.find(path), std::string::npos) << corrupt;
+  EXPECT_NE(corrupt.find("checksum mismatch in tensor 'a'"), std::string::npos) << corrupt;
+
+  // Truncated: the reader refuses to open it, naming the file and how far the data should go.
+  fs::resize_file(path, bytes.size() - 7);
+  const auto truncated = error_of([&] { SafetensorsReader reader2(path); });
+  EXPECT_NE(truncated.find(path + ": truncated"), std::string::npos) << truncated;
+  fs::resize_file(path, 5);
+  EXPECT_NE(error_of([&] { SafetensorsReader reader3(path); }).find("truncated"), std::string::npos);
+}
+
+TEST(Safetensors, AnUnclosedWriterLeavesNoFile) {
+  const auto dir = temp_dir("safetensors_unclosed");
+  const auto path = (dir / "a.safetensors").string();
+  {
+    SafetensorsWriter writer(path, {{"a", torch::kFloat32, {4}}});
+    writer.write("a", torch::ones({4}));
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(fs::is_empty(dir));
+}
+
+TEST(FlatLayoutFragments, EveryRanksFragmentsTileEveryParameterOnce) {
+  const std::vector<FlatLayout::Param> params = {
+      {"a", {7, 3}, false}, {"b", {5}, false}, {"c", {11, 2}, true}, {"d", {1}, false}};
+  for (int world : {1, 2, 3, 4}) {
+    const FlatLayout layout(params, world, 16);
+    std::vector<std::vector<int64_t>> count(layout.slots().size());
+    for (size_t i = 0; i < layout.slots().size(); ++i) count[i].assign(layout.slots()[i].numel, 0);
+    for (int r = 0; r < world; ++r) {
+      for (const auto& f : layout.shard_fragments(r)) {
+        const auto& slot = layout.slots()[f.slot];
+        EXPECT_EQ(f.flat_offset, slot.offset + f.param_begin);
+        // Inside rank r's shard of the slot's group.
+        const int64_t shard = layout.shard_offset(slot.group, r);
+        EXPECT_GE(f.flat_offset, shard);
+        EXPECT_LE(f.flat_offset + f.numel, shard + layout.groups()[slot.group].shard_numel);
+        for (int64_t e = f.param_begin; e < f.param_begin + f.numel; ++e) ++count[f.slot][e];
+      }
+    }
+    for (size_t i = 0; i < count.size(); ++i) {
+      for (int64_t e = 0; e < static_cast<int64_t>(count[i].size()); ++e) {
+        ASSERT_EQ(count[i][e], 1) << "world " << world << " param " << layout.slots()[i].name << " element " << e;
+      }
+    }
+  }
+}
+
+Manifest two_rank_manifest() {
+  Manifest m;
+  m.tag = "t";
+  m.world_size = 2;
+  m.zero_stage = 2;
+  m.compute_dtype = "fp32";
+  m.optimizer = "AdamW";
+  m.loss_scaler.type = "unit";
+  m.params = {{"w", {4, 2}}, {"b", {3}}};
+  m.files = {{0, shard_file_name(0), 10, 1, {{"w", 0, 6}}, {}}, {1, shard_file_name(1), 10, 2, {{"w", 6, 2}, {"b", 0, 3}}, {}}};
+  return m;
+}
+
+TEST(Manifest, RoundTripsThroughJson) {
+  auto m = two_rank_manifest();
+  m.client_state = {{"epoch", 3}};
+  m.files[1].tensor_crc32["master/b"] = 4000000000u;
+  const auto back = Manifest::from_json(m.to_json(), "x");
+  EXPECT_EQ(back.to_json(), m.to_json());
+  EXPECT_EQ(back.files[1].tensor_crc32.at("master/b"), 4000000000u);
+  EXPECT_EQ(back.client_state["epoch"], 3);
+}
+
+TEST(Manifest, BadManifestsAreErrorsNamingTheFileAndWhatIsWrong) {
+  const auto good = two_rank_manifest().to_json();
+  auto expect_error = [&](nlohmann::json json, const std::string& fragment) {
+    const auto what = error_of([&] { Manifest::from_json(json, "/ck/t/manifest.json"); });
+    EXPECT_NE(what.find("/ck/t/manifest.json"), std::string::npos) << what;
+    EXPECT_NE(what.find(fragment), std::string::npos) << "want '" << fragment << "' in: " << what;
+  };
+  auto j = good;
+  j.erase("global_steps");
+  expect_error(j, "missing key 'global_steps'");
+  j = good;
+  j["optimizer"]["step_count"] = "three";
+  expect_error(j, "'optimizer.step_count' has the wrong type");
+  j = good;
+  j["format"] = "pickle";
+  expect_error(j, "not a deepspeed.cpp checkpoint manifest");
+  j = good;
+  j["version"] = 99;
+  expect_error(j, "format version 99");
+  j = good;
+  j["files"][1]["fragments"][0] = {"w", 6, 1};  // w's last element is in no file
+  expect_error(j, "do not hold parameter 'w' exactly once");
+  j = good;
+  j["files"][1]["fragments"][1] = {"nope", 0, 3};
+  expect_error(j, "fragment of 'nope'");
+  j = good;
+  j["files"][0]["file"] = "../../etc/passwd";
+  expect_error(j, "not a plain file name");
+  j = good;
+  j["world_size"] = 3;
+  expect_error(j, "2 shard files for world_size 3");
+}
+
+TEST(CheckpointDir, TagsLatestAndStaging) {
+  const auto dir = temp_dir("checkpoint_dir");
+  const auto root = (dir / "ckpt").string();
+  EXPECT_NE(error_of([&] { resolve_tag(root, ""); }).find("no such checkpoint directory"), std::string::npos);
+  prepare_staging(root, "global_step2");
+  write_file_durably(staging_dir(root, "global_step2") + "/manifest.json", "{}");
+  // Not yet published: it is not a tag and `latest` does not exist.
+  EXPECT_TRUE(list_tags(root).empty());
+  EXPECT_NE(error_of([&] { resolve_tag(root, ""); }).find("latest: missing"), std::string::npos);
+  publish_staging(root, "global_step2");
+  write_latest(root, "global_step2");
+  EXPECT_EQ(resolve_tag(root, ""), "global_step2");
+  EXPECT_EQ(list_tags(root), std::vector<std::string>{"global_step2"});
+  const auto missing = error_of([&] { resolve_tag(root, "global_step9"); });
+  EXPECT_NE(missing.find("tag 'global_step9' does not exist (complete tags here: global_step2)"), std::string::npos)
+      << missing;
+  // Re-saving a tag replaces it whole.
+  prepare_staging(root, "global_step2");
+  write_file_durably(staging_dir(root, "global_step2") + "/manifest.json", "{\"new\": 1}");
+  publish_staging(root, "global_step2");
+  EXPECT_EQ(read_text(fs::path(root) / "global_step2" / "manifest.json"), "{\"new\": 1}");
+  EXPECT_FALSE(fs::exists(staging_dir(root, "global_step2")));
+  for (const std::string bad : {"", "a/b", ".hidden", "latest"}) {
+    EXPECT_NE(error_of([&] { check_tag(bad); }).find("is not allowed"), std::string::npos) << bad;
+  }
+}
+
+TEST(ByteSize, ParsesHfStyleSizesAndRejectsOthers) {
+  EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000);
+  EXPECT_EQ(parse_byte_size("500MB"), 500'000'000);
+  EXPECT_EQ(parse_byte_size("2GiB"), 2LL << 30);
+  EXPECT_EQ(parse_byte_size("1.5kb"), 1500);
+  EXPECT_EQ(parse_byte_size("123"), 123);
+  for (const std::string bad : {"", "GB", "-1GB", "0", "5XB", "1e3"}) {
+    EXPECT_NE(error_of([&] { parse_byte_size(bad); }).find("expected a positive number"), std::string::npos) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace dscpp::testing

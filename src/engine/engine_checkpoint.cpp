@@ -260,17 +260,18 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
     }
     return *readers[r];
   };
-  auto read_checked = [&](int r, const std::string& name) {
+  auto read_checked_into = [&](int r, const std::string& name, torch::Tensor out) {
     auto& in = reader(r);
     auto crc = m.files[r].tensor_crc32.find(name);
     if (crc == m.files[r].tensor_crc32.end()) {
       throw CheckpointError(in.path() + ": the manifest has no checksum for tensor '" + name + "'");
     }
-    return in.read(name, crc->second);
+    in.read_into(name, out, crc->second);
   };
 
   // Read everything this rank's partition needs into fresh tensors first, so a failure leaves the engine as it was.
   auto& master = stage_->master_params();
+  // Padding stays zero, as in a fresh partition; everything else is read below.
   auto new_master = torch::zeros_like(master);
   std::vector<torch::Tensor> new_states;
   if (options.load_optimizer_states) {
@@ -285,19 +286,33 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
       for (const auto& [r, have] : sources.at(name)) {
         const int64_t from = std::max(lo, have->begin), to = std::min(hi, have->begin + have->numel);
         if (from >= to) continue;
+        // Elements [from, to) of the parameter: straight from the file into place when the whole fragment is
+        // wanted (a load on the writer's layout), else through a copy of the fragment.
         auto copy = [&](torch::Tensor& dst, const std::string& kind) {
-          const auto src = read_checked(r, shard_tensor_name(kind, name));
-          if (src.numel() != have->numel || src.scalar_type() != torch::kFloat32) {
-            throw CheckpointError(reader(r).path() + ": tensor '" + shard_tensor_name(kind, name) +
+          const auto name_in_file = shard_tensor_name(kind, name);
+          const auto& stored = reader(r).tensor(name_in_file);
+          if (stored.info.dtype != torch::kFloat32 || stored.bytes != have->numel * 4) {
+            throw CheckpointError(reader(r).path() + ": tensor '" + name_in_file +
                                   "' does not match its fragment in the manifest");
           }
-          dst.narrow(0, at + (from - lo), to - from).copy_(src.narrow(0, from - have->begin, to - from));
+          auto place = dst.narrow(0, at + (from - lo), to - from);
+          if (from == have->begin && to == have->begin + have->numel) {
+            read_checked_into(r, name_in_file, place);
+          } else {
+            auto whole = torch::empty({have->numel}, torch::kFloat32);
+            read_checked_into(r, name_in_file, whole);
+            place.copy_(whole.narrow(0, from - have->begin, to - from));
+          }
         };
         copy(new_master, kMasterKind);
         for (size_t k = 0; k < new_states.size(); ++k) copy(new_states[k], states[k].first);
       }
     }
-    if (rank() < m.world_size) rng_state = read_checked(rank(), kRngTensor);
+    if (rank() < m.world_size) {
+      const auto& stored = reader(rank()).tensor(kRngTensor);
+      rng_state = torch::empty(stored.info.shape, torch::TensorOptions().dtype(stored.info.dtype));
+      read_checked_into(rank(), kRngTensor, rng_state);
+    }
   });
 
   // Commit.

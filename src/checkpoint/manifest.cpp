@@ -21,6 +21,9 @@ T get(const nlohmann::json& json, const std::string& key, const std::string& sou
   }
 }
 
+// Manifest::from_json without the translation of JSON type errors.
+Manifest parse_manifest(const nlohmann::json& json, const std::string& source);
+
 }  // namespace
 
 int64_t ParamEntry::numel() const {
@@ -72,6 +75,17 @@ nlohmann::json Manifest::to_json() const {
 }
 
 Manifest Manifest::from_json(const nlohmann::json& json, const std::string& source) {
+  try {
+    return parse_manifest(json, source);
+  } catch (const nlohmann::json::exception& e) {
+    // A value of an unexpected JSON type somewhere the checks above did not look.
+    throw CheckpointError(source + ": malformed manifest: " + e.what());
+  }
+}
+
+namespace {
+
+Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   if (!json.is_object() || json.value("format", "") != "deepspeed.cpp checkpoint") {
     throw CheckpointError(source + ": not a deepspeed.cpp checkpoint manifest (no \"format\": \"deepspeed.cpp "
                           "checkpoint\")");
@@ -175,6 +189,8 @@ Manifest Manifest::from_json(const nlohmann::json& json, const std::string& sour
   }
   return m;
 }
+
+}  // namespace
 
 Manifest Manifest::read(const std::string& tag_dir) {
   const std::string path = tag_dir + "/" + kManifestFile;

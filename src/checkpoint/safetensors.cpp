@@ -189,7 +189,10 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
       }
       int64_t numel = 1;
       for (int64_t d : stored.info.shape) {
-        if (d < 0) throw std::runtime_error(path_ + ": tensor '" + name + "' has a negative dimension");
+        // Anything larger than the file could not be in it; checked before multiplying so nothing overflows.
+        if (d < 0 || (d > 0 && numel > file_bytes_ / d)) {
+          throw std::runtime_error(path_ + ": tensor '" + name + "' has an impossible shape (larger than the file)");
+        }
         numel *= d;
       }
       stored.bytes = numel * static_cast<int64_t>(c10::elementSize(stored.info.dtype));

@@ -22,7 +22,7 @@ void check_supported(const Config& config) {
   if (config.wall_clock_breakdown) reject("wall_clock_breakdown", "true");
   if (config.memory_breakdown) reject("memory_breakdown", "true");
   if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
-  if (config.checkpoint.load_universal) reject("checkpoint.load_universal", "true");
+  // checkpoint.load_universal needs nothing: every checkpoint here loads on any world size and stage.
   const auto& ac = config.activation_checkpointing;
   if (ac.partition_activations) reject("activation_checkpointing.partition_activations", "true");
   if (ac.cpu_checkpointing) reject("activation_checkpointing.cpu_checkpointing", "true");

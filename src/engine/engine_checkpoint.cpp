@@ -87,6 +87,23 @@ int64_t Engine::master_offset(const ShardFragment& f) const {
   return layout.groups()[group].partition_offset + (f.flat_offset - layout.shard_offset(group, rank()));
 }
 
+// DeepSpeed's checkpoint.tag_validation: every rank must save under the same tag, or their shards would land in
+// different directories. "Warn" logs, "Fail" throws on every rank, "Ignore" skips the exchange.
+void Engine::validate_tag_across_ranks(const std::string& tag) const {
+  const auto& mode = config_.checkpoint.tag_validation;
+  if (mode == "Ignore" || world_size() == 1) return;
+  const auto hashes = comm_->side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(tag))});
+  for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
+    if (hashes[r] == hashes[0]) continue;
+    const std::string what = "save_checkpoint: rank " + std::to_string(r) + " saves under another tag than rank 0 "
+                              "(this rank: '" + tag + "'); every rank must pass the same tag "
+                              "(checkpoint.tag_validation is " + mode + ")";
+    if (mode == "Fail") throw CheckpointError(what);
+    log_("[deepspeed.cpp] warning: " + what);
+    return;
+  }
+}
+
 std::vector<ShardFragment> Engine::master_fragments() const {
   const auto& layout = stage_->layout();
   if (!stage_->master_is_whole()) return layout.shard_fragments(rank());
@@ -103,6 +120,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
   check_at_boundary("save_checkpoint");
   const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(global_steps_) : tag_arg;
   check_tag(tag);
+  validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
   all_or_none(*comm_, "save_checkpoint", [&] {
     if (rank() == 0) prepare_staging(save_dir, tag);
@@ -124,6 +142,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
   struct Planned {
     std::string name;
     torch::Tensor value;
+    bool rounded = false;  // declared in the compute dtype: the writer converts it as it writes this fragment
   };
   std::vector<Planned> planned;
   for (const auto& f : fragments) {
@@ -133,14 +152,14 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
     for (const auto& [kind, state] : states) {
       planned.push_back({shard_tensor_name(kind, name), state.narrow(0, at, f.numel)});
     }
-    if (param16) planned.push_back({shard_tensor_name(kParam16Kind, name), master.narrow(0, at, f.numel).to(dtype_)});
+    if (param16) planned.push_back({shard_tensor_name(kParam16Kind, name), master.narrow(0, at, f.numel), true});
   }
   planned.push_back({kRngTensor, rng_state});
 
   std::vector<int64_t> sums;  // bytes, file crc, then every tensor's crc in planned order
   all_or_none(*comm_, "save_checkpoint", [&] {
     std::vector<TensorInfo> infos;
-    for (const auto& p : planned) infos.push_back({p.name, p.value.scalar_type(), p.value.sizes().vec()});
+    for (const auto& p : planned) infos.push_back({p.name, p.rounded ? dtype_ : p.value.scalar_type(), p.value.sizes().vec()});
     SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
                              {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
     for (size_t i = 0; i < planned.size(); ++i) {

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "../common/subprocess.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
@@ -154,6 +155,54 @@ TEST(Manifest, BadManifestsAreErrorsNamingTheFileAndWhatIsWrong) {
   j = good;
   j["world_size"] = 3;
   expect_error(j, "2 shard files for world_size 3");
+}
+
+// SPEC §8: damaged input is an error, never a crash. Random byte flips and truncations of a real shard file and of
+// a manifest's text: each either still reads (the damage hit padding or a value) or throws std::runtime_error.
+TEST(Fuzzed, DamagedShardsAndManifestsAreErrorsNeverCrashes) {
+  const auto dir = temp_dir("fuzz");
+  const auto path = (dir / "a.safetensors").string();
+  {
+    SafetensorsWriter writer(path, {{"master/w", torch::kFloat32, {8, 2}}, {"rng/cpu", torch::kUInt8, {40}}});
+    writer.write("master/w", torch::randn({8, 2}));
+    writer.write("rng/cpu", torch::zeros({40}, torch::kUInt8));
+    writer.close();
+  }
+  const auto original = read_text(path);
+  const auto manifest_text = two_rank_manifest().to_json().dump();
+  std::mt19937 rng(5);
+  int errors = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    auto bytes = original;
+    auto text = manifest_text;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      // Mostly the header, where parsing happens.
+      bytes[rng() % std::min<size_t>(bytes.size(), 200)] = static_cast<char>(rng());
+      text[rng() % text.size()] = static_cast<char>(rng() % 2 ? rng() : "0123456789[]{}\",-"[rng() % 16]);
+    }
+    if (trial % 5 == 0) bytes.resize(rng() % bytes.size());
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      SafetensorsReader reader(path);
+      for (const auto& t : reader.tensors()) reader.read(t.info.name);
+    } catch (const std::runtime_error&) {
+      ++errors;
+    }
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::exception&) {
+      ++errors;  // not JSON at all: Manifest::read reports that as a CheckpointError naming the file
+      continue;
+    }
+    try {
+      Manifest::from_json(json, "m.json");
+    } catch (const CheckpointError&) {
+      ++errors;
+    }
+  }
+  EXPECT_GT(errors, 400);  // the damage was seen, not silently accepted every time
 }
 
 TEST(CheckpointDir, TagsLatestAndStaging) {

@@ -106,7 +106,7 @@ struct CommsLoggerConfig {
 
 struct CheckpointConfig {
   std::string tag_validation = "Warn";  // "Ignore", "Warn", "Fail"
-  bool load_universal = false;
+  bool load_universal = false;         // accepted; every checkpoint here is universal (loads on any world / stage)
 };
 
 struct Fp16Config {

@@ -153,6 +153,7 @@ class Engine {
   void update(StepReport& report);
   void log_step(const StepReport& report);
   void check_at_boundary(const char* what) const;
+  void validate_tag_across_ranks(const std::string& tag) const;
   std::vector<ParamEntry> param_entries() const;
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
   std::vector<ShardFragment> master_fragments() const;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/hf_gpt2.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/checkpoint/safetensors.h"
@@ -23,48 +24,6 @@ std::optional<torch::ScalarType> dtype_named(const std::string& name) {
   if (name == "fp16") return torch::kFloat16;
   return std::nullopt;
 }
-
-// Reads the shard files of one tag, each opened once and checked against the manifest's size.
-class ShardFiles {
- public:
-  ShardFiles(const Manifest& m, std::string tag_dir) : m_(m), tag_dir_(std::move(tag_dir)), readers_(m.world_size) {}
-
-  // Reads tensor `name` of rank `rank`'s file straight into `out`, checked against the manifest's CRC.
-  void read_into(int rank, const std::string& name, torch::Tensor out) {
-    auto& in = reader(rank);
-    const auto& sums = m_.files[rank].tensor_crc32;
-    auto crc = sums.find(name);
-    if (crc == sums.end()) throw CheckpointError(in.path() + ": the manifest has no checksum for '" + name + "'");
-    try {
-      in.read_into(name, out, crc->second);
-    } catch (const std::invalid_argument& e) {
-      throw CheckpointError(e.what());
-    } catch (const std::runtime_error& e) {
-      throw CheckpointError(e.what());
-    }
-  }
-
-  bool has(int rank, const std::string& name) { return m_.files[rank].tensor_crc32.count(name) != 0; }
-
- private:
-  SafetensorsReader& reader(int rank) {
-    if (!readers_[rank]) {
-      const auto path = (fs::path(tag_dir_) / m_.files[rank].file).string();
-      if (!fs::exists(path)) throw CheckpointError(path + ": shard file of rank " + std::to_string(rank) + " is missing");
-      auto reader = std::make_unique<SafetensorsReader>(path);
-      if (reader->file_bytes() != m_.files[rank].bytes) {
-        throw CheckpointError(path + ": " + std::to_string(reader->file_bytes()) + " bytes, the manifest says " +
-                              std::to_string(m_.files[rank].bytes) + " (truncated or replaced)");
-      }
-      readers_[rank] = std::move(reader);
-    }
-    return *readers_[rank];
-  }
-
-  const Manifest& m_;
-  std::string tag_dir_;
-  std::vector<std::unique_ptr<SafetensorsReader>> readers_;
-};
 
 }  // namespace
 
@@ -96,8 +55,8 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
                               const ConsolidateOptions& options) {
   ConsolidateResult result;
   result.tag = resolve_tag(checkpoint_dir, options.tag);
-  const auto tag_dir = (fs::path(checkpoint_dir) / result.tag).string();
-  const Manifest m = Manifest::read(tag_dir);
+  CheckpointReader checkpoint((fs::path(checkpoint_dir) / result.tag).string());
+  const Manifest& m = checkpoint.manifest();
   if (options.max_shard_bytes <= 0) throw std::invalid_argument("consolidate: max_shard_bytes must be > 0");
 
   // The 16-bit weights as trained, when asked for that dtype; otherwise the fp32 master (rounded if asked).
@@ -120,14 +79,9 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
     result.largest_tensor_bytes = std::max(result.largest_tensor_bytes, bytes);
   }
 
-  std::map<std::string, std::vector<std::pair<int, const Fragment*>>> sources;
-  for (int r = 0; r < m.world_size; ++r) {
-    for (const auto& f : m.files[r].fragments) sources[f.param].emplace_back(r, &f);
-  }
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) throw CheckpointError(out_dir + ": cannot create: " + ec.message());
-  ShardFiles files(m, tag_dir);
   const bool hf = options.format == WeightsFormat::kHfGpt2;
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
@@ -143,13 +97,7 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
     SafetensorsWriter writer((fs::path(out_dir) / file).string(), infos, {{"format", "pt"}});
     for (const auto* p : shards[s]) {
       auto whole = torch::empty({p->numel()}, torch::TensorOptions().dtype(from_param16 ? options.dtype : torch::kFloat32));
-      for (const auto& [rank, fragment] : sources.at(p->name)) {
-        const auto tensor_name = shard_tensor_name(kind, p->name);
-        if (!files.has(rank, tensor_name)) {
-          throw CheckpointError(tag_dir + ": rank " + std::to_string(rank) + "'s shard has no '" + tensor_name + "'");
-        }
-        files.read_into(rank, tensor_name, whole.narrow(0, fragment->begin, fragment->numel));
-      }
+      checkpoint.read_range(kind, p->name, 0, whole);
       auto value = whole.view(p->shape).to(options.dtype);
       writer.write(p->name, hf ? to_hf_gpt2(p->name, value) : value);
       weight_map[p->name] = file;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/engine.h"
 
@@ -115,6 +116,19 @@ std::vector<ShardFragment> Engine::master_fragments() const {
   return out;
 }
 
+std::vector<Engine::ShardTensor> Engine::shard_contents(int r) const {
+  const auto& layout = stage_->layout();
+  std::vector<ShardTensor> out;
+  for (const auto& f : layout.shard_fragments(r)) {
+    const auto& name = layout.slots()[f.slot].name;
+    out.push_back({shard_tensor_name(kMasterKind, name), kMasterKind, f});
+    for (const auto& kind : state_kinds(*optimizer_)) out.push_back({shard_tensor_name(kind, name), kind, f});
+    if (dtype_ != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
+  }
+  out.push_back({kRngTensor, kRngTensor, {}});
+  return out;
+}
+
 std::string Engine::save_checkpoint(const std::string& save_dir, const std::string& tag_arg,
                                     const nlohmann::json& client_state) {
   check_at_boundary("save_checkpoint");
@@ -126,171 +140,122 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
     if (rank() == 0) prepare_staging(save_dir, tag);
   });
 
-  // This rank's shard: for each fragment its shard holds, the master, every optimizer state and (16-bit training)
-  // the compute-dtype weights, which publish_params makes the master rounded to the compute dtype.
-  const auto& layout = stage_->layout();
-  const auto fragments = layout.shard_fragments(rank());
-  auto& master = stage_->master_params();
-  const auto states = optimizer_->state_tensors();
-  const bool param16 = dtype_ != torch::kFloat32;
-  torch::Tensor rng_state;
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_state = generator.get_state();
-  }
-  struct Planned {
-    std::string name;
-    torch::Tensor value;
-    bool rounded = false;  // declared in the compute dtype: the writer converts it as it writes this fragment
-  };
-  std::vector<Planned> planned;
-  for (const auto& f : fragments) {
-    const auto& name = layout.slots()[f.slot].name;
-    const int64_t at = master_offset(f);
-    planned.push_back({shard_tensor_name(kMasterKind, name), master.narrow(0, at, f.numel)});
-    for (const auto& [kind, state] : states) {
-      planned.push_back({shard_tensor_name(kind, name), state.narrow(0, at, f.numel)});
-    }
-    if (param16) planned.push_back({shard_tensor_name(kParam16Kind, name), master.narrow(0, at, f.numel), true});
-  }
-  planned.push_back({kRngTensor, rng_state});
-
-  std::vector<int64_t> sums;  // bytes, file crc, then every tensor's crc in planned order
-  all_or_none(*comm_, "save_checkpoint", [&] {
-    std::vector<TensorInfo> infos;
-    for (const auto& p : planned) infos.push_back({p.name, p.rounded ? dtype_ : p.value.scalar_type(), p.value.sizes().vec()});
-    SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
-                             {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
-    for (size_t i = 0; i < planned.size(); ++i) {
-      writer.write(planned[i].name, planned[i].value);
-      if (i == planned.size() / 2) kill_point("shard_half_written");
-    }
-    writer.close();
-    sums = {writer.file_bytes(), writer.file_crc32()};
-    for (const auto& p : planned) sums.push_back(writer.tensor_crc32(p.name));
-  });
+  // 1. Every rank writes its shard file into the staging directory and keeps its size and checksums.
+  std::vector<int64_t> sums;  // file bytes, file crc, then each tensor's crc in shard_contents order
+  all_or_none(*comm_, "save_checkpoint", [&] { sums = write_shard(staging, tag); });
   kill_point("shard_written");
 
-  // Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
-  const int world = world_size();
+  // 2. Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
   const auto lengths = comm_->side_all_gather({static_cast<int64_t>(sums.size())});
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   sums.resize(longest, 0);
   const auto all_sums = comm_->side_all_gather(sums);
   all_or_none(*comm_, "save_checkpoint", [&] {
     if (rank() != 0) return;
-    Manifest m;
-    m.tag = tag;
-    m.world_size = world;
-    m.zero_stage = stage_->stage();
-    m.compute_dtype = to_string(config_.compute_dtype());
-    m.global_steps = global_steps_;
-    m.micro_steps = micro_steps_;
-    m.skipped_steps = skipped_steps_;
-    m.global_samples = global_samples_;
-    m.optimizer = optimizer_->name();
-    m.optimizer_step_count = optimizer_->step_count();
-    m.optimizer_state = state_kinds(*optimizer_);
-    m.scheduler = config_.scheduler ? config_.scheduler->type : "";
-    const auto scaler = scaler_->state();
-    m.loss_scaler = {scaler_->name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration,
-                     scaler.hysteresis};
-    m.params = param_entries();
-    m.config = config_.resolved;
-    m.client_state = client_state;
-    for (int r = 0; r < world; ++r) {
+    auto manifest = describe_checkpoint(tag, client_state);
+    for (int r = 0; r < world_size(); ++r) {
       const int64_t* s = all_sums.data() + r * longest;
-      ShardFile file;
-      file.rank = r;
-      file.file = shard_file_name(r);
-      file.bytes = s[0];
-      file.crc32 = static_cast<uint32_t>(s[1]);
-      // Rank r's tensors, named as it planned them: the same arithmetic on the same layout.
-      int64_t next = 2;
-      for (const auto& f : layout.shard_fragments(r)) {
-        const auto& name = layout.slots()[f.slot].name;
-        file.fragments.push_back({name, f.param_begin, f.numel});
-        file.tensor_crc32[shard_tensor_name(kMasterKind, name)] = static_cast<uint32_t>(s[next++]);
-        for (const auto& [kind, state] : states) {
-          file.tensor_crc32[shard_tensor_name(kind, name)] = static_cast<uint32_t>(s[next++]);
-        }
-        if (param16) file.tensor_crc32[shard_tensor_name(kParam16Kind, name)] = static_cast<uint32_t>(s[next++]);
-      }
-      file.tensor_crc32[kRngTensor] = static_cast<uint32_t>(s[next++]);
-      if (next != lengths[r]) {
+      const auto contents = shard_contents(r);
+      if (static_cast<int64_t>(contents.size()) + 2 != lengths[r]) {
         throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(lengths[r]) +
-                               " checksums, rank 0 expected " + std::to_string(next));
+                               " checksums, rank 0 expected " + std::to_string(contents.size() + 2));
       }
-      m.files.push_back(std::move(file));
+      ShardFile file{r, shard_file_name(r), s[0], static_cast<uint32_t>(s[1]), {}, {}};
+      for (size_t i = 0; i < contents.size(); ++i) {
+        const auto& t = contents[i];
+        if (t.kind == kMasterKind) {
+          file.fragments.push_back({stage_->layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
+                                    t.fragment.numel});
+        }
+        file.tensor_crc32[t.name] = static_cast<uint32_t>(s[2 + i]);
+      }
+      manifest.files.push_back(std::move(file));
     }
-    // Write the manifest as a whole file (temporary name, fsync, rename) inside the staging directory.
-    const auto path = (fs::path(staging) / kManifestFile).string();
-    write_file_durably(path, m.to_json().dump(1));
+    write_file_durably((fs::path(staging) / kManifestFile).string(), manifest.to_json().dump(1));
     kill_point("manifest_written");
     publish_staging(save_dir, tag);
     kill_point("published");
     write_latest(save_dir, tag);
   });
   log_("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
-       std::to_string(global_steps_) + ", " + std::to_string(world) + " shard files)");
+       std::to_string(global_steps_) + ", " + std::to_string(world_size()) + " shard files)");
   return (fs::path(save_dir) / tag).string();
+}
+
+std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::string& tag) {
+  torch::Tensor rng_state;
+  {
+    auto generator = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    rng_state = generator.get_state();
+  }
+  std::map<std::string, torch::Tensor> states;
+  for (auto& [kind, state] : optimizer_->state_tensors()) states.emplace(kind, state);
+  auto& master = stage_->master_params();
+  // The compute-dtype weights are the master rounded (what publish_params makes them); the writer rounds each
+  // fragment as it writes it, so no second copy of the partition exists.
+  auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
+    if (t.kind == kRngTensor) return rng_state;
+    const auto& source = (t.kind == kMasterKind || t.kind == kParam16Kind) ? master : states.at(t.kind);
+    return source.narrow(0, master_offset(t.fragment), t.fragment.numel);
+  };
+  const auto contents = shard_contents(rank());
+  std::vector<TensorInfo> infos;
+  for (const auto& t : contents) {
+    const auto value = value_of(t);
+    infos.push_back({t.name, t.kind == kParam16Kind ? dtype_ : value.scalar_type(), value.sizes().vec()});
+  }
+  SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
+                           {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
+  for (size_t i = 0; i < contents.size(); ++i) {
+    writer.write(contents[i].name, value_of(contents[i]));
+    if (i == contents.size() / 2) kill_point("shard_half_written");
+  }
+  writer.close();
+  std::vector<int64_t> sums = {writer.file_bytes(), writer.file_crc32()};
+  for (const auto& t : contents) sums.push_back(writer.tensor_crc32(t.name));
+  return sums;
+}
+
+Manifest Engine::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
+  Manifest m;
+  m.tag = tag;
+  m.world_size = world_size();
+  m.zero_stage = stage_->stage();
+  m.compute_dtype = to_string(config_.compute_dtype());
+  m.global_steps = global_steps_;
+  m.micro_steps = micro_steps_;
+  m.skipped_steps = skipped_steps_;
+  m.global_samples = global_samples_;
+  m.optimizer = optimizer_->name();
+  m.optimizer_step_count = optimizer_->step_count();
+  m.optimizer_state = state_kinds(*optimizer_);
+  m.scheduler = config_.scheduler ? config_.scheduler->type : "";
+  const auto scaler = scaler_->state();
+  m.loss_scaler = {scaler_->name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
+  m.params = param_entries();
+  m.config = config_.resolved;
+  m.client_state = client_state;
+  return m;
 }
 
 LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std::string& tag_arg,
                                          const CheckpointLoadOptions& options) {
   check_at_boundary("load_checkpoint");
   LoadedCheckpoint loaded;
-  Manifest m;
-  auto states = optimizer_->state_tensors();
+  std::unique_ptr<CheckpointReader> checkpoint;
   all_or_none(*comm_, "load_checkpoint", [&] {
     loaded.tag = resolve_tag(load_dir, tag_arg);
     loaded.path = (fs::path(load_dir) / loaded.tag).string();
-    const auto source = (fs::path(loaded.path) / kManifestFile).string();
-    m = Manifest::read(loaded.path);
-    check_same_model(m, param_entries(), source);
-    if (options.load_optimizer_states) {
-      if (m.optimizer != optimizer_->name() || m.optimizer_state != state_kinds(*optimizer_)) {
-        std::string kinds;
-        for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
-        throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded "
-                              "into " + optimizer_->name() + "; load with load_optimizer_states = false to keep only "
-                              "the weights and counters");
-      }
-    }
+    checkpoint = std::make_unique<CheckpointReader>(loaded.path);
+    check_compatible(checkpoint->manifest(), options, (fs::path(loaded.path) / kManifestFile).string());
   });
+  const Manifest& m = checkpoint->manifest();
 
-  // Where each parameter's fragments are: name → (file, fragment).
-  std::map<std::string, std::vector<std::pair<int, const Fragment*>>> sources;
-  for (int r = 0; r < m.world_size; ++r) {
-    for (const auto& f : m.files[r].fragments) sources[f.param].emplace_back(r, &f);
-  }
-  std::vector<std::unique_ptr<SafetensorsReader>> readers(m.world_size);
-  auto reader = [&](int r) -> SafetensorsReader& {
-    if (!readers[r]) {
-      const auto& file = m.files[r];
-      const auto path = (fs::path(loaded.path) / file.file).string();
-      if (!fs::exists(path)) throw CheckpointError(path + ": shard file of rank " + std::to_string(r) + " is missing");
-      readers[r] = std::make_unique<SafetensorsReader>(path);
-      if (readers[r]->file_bytes() != file.bytes) {
-        throw CheckpointError(path + ": " + std::to_string(readers[r]->file_bytes()) + " bytes, the manifest says " +
-                              std::to_string(file.bytes) + " (truncated or replaced)");
-      }
-    }
-    return *readers[r];
-  };
-  auto read_checked_into = [&](int r, const std::string& name, torch::Tensor out) {
-    auto& in = reader(r);
-    auto crc = m.files[r].tensor_crc32.find(name);
-    if (crc == m.files[r].tensor_crc32.end()) {
-      throw CheckpointError(in.path() + ": the manifest has no checksum for tensor '" + name + "'");
-    }
-    in.read_into(name, out, crc->second);
-  };
-
-  // Read everything this rank's partition needs into fresh tensors first, so a failure leaves the engine as it was.
+  // Read everything this rank's partition needs into fresh tensors first, so a failure leaves the engine as it
+  // was. Padding stays zero, as in a fresh partition.
   auto& master = stage_->master_params();
-  // Padding stays zero, as in a fresh partition; everything else is read below.
+  auto states = optimizer_->state_tensors();
   auto new_master = torch::zeros_like(master);
   std::vector<torch::Tensor> new_states;
   if (options.load_optimizer_states) {
@@ -301,40 +266,16 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
-      const int64_t lo = want.param_begin, hi = want.param_begin + want.numel, at = master_offset(want);
-      for (const auto& [r, have] : sources.at(name)) {
-        const int64_t from = std::max(lo, have->begin), to = std::min(hi, have->begin + have->numel);
-        if (from >= to) continue;
-        // Elements [from, to) of the parameter: straight from the file into place when the whole fragment is
-        // wanted (a load on the writer's layout), else through a copy of the fragment.
-        auto copy = [&](torch::Tensor& dst, const std::string& kind) {
-          const auto name_in_file = shard_tensor_name(kind, name);
-          const auto& stored = reader(r).tensor(name_in_file);
-          if (stored.info.dtype != torch::kFloat32 || stored.bytes != have->numel * 4) {
-            throw CheckpointError(reader(r).path() + ": tensor '" + name_in_file +
-                                  "' does not match its fragment in the manifest");
-          }
-          auto place = dst.narrow(0, at + (from - lo), to - from);
-          if (from == have->begin && to == have->begin + have->numel) {
-            read_checked_into(r, name_in_file, place);
-          } else {
-            auto whole = torch::empty({have->numel}, torch::kFloat32);
-            read_checked_into(r, name_in_file, whole);
-            place.copy_(whole.narrow(0, from - have->begin, to - from));
-          }
-        };
-        copy(new_master, kMasterKind);
-        for (size_t k = 0; k < new_states.size(); ++k) copy(new_states[k], states[k].first);
+      const int64_t at = master_offset(want);
+      checkpoint->read_range(kMasterKind, name, want.param_begin, new_master.narrow(0, at, want.numel));
+      for (size_t k = 0; k < new_states.size(); ++k) {
+        checkpoint->read_range(states[k].first, name, want.param_begin, new_states[k].narrow(0, at, want.numel));
       }
     }
-    if (rank() < m.world_size) {
-      const auto& stored = reader(rank()).tensor(kRngTensor);
-      rng_state = torch::empty(stored.info.shape, torch::TensorOptions().dtype(stored.info.dtype));
-      read_checked_into(rank(), kRngTensor, rng_state);
-    }
+    if (rank() < m.world_size) rng_state = checkpoint->read(rank(), kRngTensor);
   });
 
-  // Commit.
+  // Commit: the master, then the compute-dtype weights from it, then everything the manifest carries.
   {
     torch::NoGradGuard no_grad;
     master.copy_(new_master);
@@ -366,6 +307,17 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
   log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
        std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
   return loaded;
+}
+
+void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) {
+  check_same_model(m, param_entries(), source);
+  if (options.load_optimizer_states && (m.optimizer != optimizer_->name() || m.optimizer_state != state_kinds(*optimizer_))) {
+    std::string kinds;
+    for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
+    throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded into " +
+                          optimizer_->name() + "; load with load_optimizer_states = false to keep only the weights "
+                          "and counters");
+  }
 }
 
 void Engine::load_weights(const WeightSource& source) {

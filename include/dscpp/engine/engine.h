@@ -155,6 +155,21 @@ class Engine {
   void check_at_boundary(const char* what) const;
   void validate_tag_across_ranks(const std::string& tag) const;
   std::vector<ParamEntry> param_entries() const;
+  // One tensor of a shard file: `kind` (kMasterKind, an optimizer state, kParam16Kind, kRngTensor) of a fragment.
+  struct ShardTensor {
+    std::string name;  // in the file
+    std::string kind;
+    ShardFragment fragment;  // unused for kRngTensor
+  };
+  // What rank `r`'s shard file holds, in file order. Rank 0 names every rank's checksums from it, so writer and
+  // manifest cannot disagree.
+  std::vector<ShardTensor> shard_contents(int r) const;
+  // Writes this rank's shard into `staging`; returns its bytes, file CRC and each tensor's CRC (shard_contents order).
+  std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag);
+  // The manifest without its files: what this engine is and where training stands.
+  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
+  // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
+  void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source);
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
   std::vector<ShardFragment> master_fragments() const;
   // Which part of master_params() holds fragment `f` of this rank's layout.

@@ -29,7 +29,7 @@ struct ZeroRun {
   bool prefetch = true;  // false: stage3_prefetch_bucket_size 0
   bool keep = true;      // false: release every block after each use (max reuse distance 0, max live 1 element)
   bool gather_on_save = false;  // stage3_gather_16bit_weights_on_model_save
-  std::string extra_args;       // appended to the gpt-train command
+  std::string extra_args = "";  // appended to the gpt-train command
   std::string name() const {
     std::string n = "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" +
                     std::to_string(grad_accum) + (bf16 ? "_bf16" : "_fp32");

@@ -122,18 +122,24 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
 }
 
 // --init_from: every parameter from HF GPT-2 weights. A file holding parameters this model lacks (another depth)
-// is an error rather than a silent partial load; one lacking a parameter of the model fails in load_weights.
+// is an error rather than a silent partial load; one lacking a parameter of the model fails in load_weights. The
+// file is opened inside load_weights' source, so a rank that cannot open it fails the load on every rank.
 void init_from_hf(dscpp::Engine& engine, torch::nn::Module& model, const std::string& path, int rank) {
-  const dscpp::HfGpt2Weights weights(path);
   std::set<std::string> ours;
   for (const auto& item : model.named_parameters()) ours.insert(item.key());
-  for (const auto& name : weights.names()) {
-    if (!ours.count(name)) {
-      throw std::invalid_argument("--init_from " + path + ": holds parameter '" + name + "', which this model (" +
-                                  "--model/--n_layer/--n_embd) does not have");
+  std::unique_ptr<dscpp::HfGpt2Weights> weights;
+  engine.load_weights([&](const std::string& name, const std::vector<int64_t>& shape) {
+    if (!weights) {
+      weights = std::make_unique<dscpp::HfGpt2Weights>(path);
+      for (const auto& stored : weights->names()) {
+        if (!ours.count(stored)) {
+          throw std::invalid_argument("--init_from " + path + ": holds parameter '" + stored + "', which this model " +
+                                      "(--model/--n_layer/--n_embd) does not have");
+        }
+      }
     }
-  }
-  engine.load_weights([&](const std::string& name, const std::vector<int64_t>& shape) { return weights.read(name, shape); });
+    return weights->read(name, shape);
+  });
   if (rank == 0) std::cerr << "[gpt-train] initialised from " << path << std::endl;
 }
 

@@ -2,6 +2,7 @@
 #include "dscpp/checkpoint/checkpoint_dir.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // renameat2, RENAME_EXCHANGE (glibc >= 2.28)
 #include <unistd.h>
 
 #include <algorithm>
@@ -96,18 +97,22 @@ void publish_staging(const std::string& dir, const std::string& tag) {
   const auto staging = staging_dir(dir, tag);
   fsync_dir(staging);
   const auto final_path = (fs::path(dir) / tag).string();
-  const auto replaced = (fs::path(dir) / ("." + tag + ".replaced")).string();
-  std::error_code ec;
-  fs::remove_all(replaced, ec);
-  const bool exists = fs::exists(final_path);
-  if (exists && std::rename(final_path.c_str(), replaced.c_str()) != 0) {
-    throw CheckpointError(final_path + ": cannot move the existing tag aside: " + std::strerror(errno));
+  if (fs::exists(final_path)) {
+    // Re-saving a tag: swap the two directories in one step, so `<tag>` is the old or the new checkpoint at every
+    // instant, never missing; the old one then sits under the staging name, where the next save of this tag would
+    // remove it anyway.
+    if (::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, final_path.c_str(), RENAME_EXCHANGE) != 0) {
+      throw CheckpointError(final_path + ": cannot swap in the finished checkpoint: " + std::strerror(errno));
+    }
+    fsync_dir(dir);
+    std::error_code ec;
+    fs::remove_all(staging, ec);
+    return;
   }
   if (std::rename(staging.c_str(), final_path.c_str()) != 0) {
     throw CheckpointError(final_path + ": cannot move the finished checkpoint into place: " + std::strerror(errno));
   }
   fsync_dir(dir);
-  if (exists) fs::remove_all(replaced, ec);
 }
 
 void write_file_durably(const std::string& path, const std::string& text) {

@@ -14,10 +14,6 @@ CheckpointReader::CheckpointReader(std::string tag_dir)
   }
 }
 
-bool CheckpointReader::has(int rank, const std::string& name) const {
-  return manifest_.files.at(rank).tensor_crc32.count(name) != 0;
-}
-
 SafetensorsReader& CheckpointReader::file(int rank) {
   if (!files_[rank]) {
     const auto& entry = manifest_.files[rank];
@@ -64,6 +60,7 @@ torch::Tensor CheckpointReader::read(int rank, const std::string& name) {
 
 void CheckpointReader::read_range(const std::string& kind, const std::string& param, int64_t begin,
                                   torch::Tensor out) {
+  if (out.numel() == 0) return;  // an empty parameter has no fragments
   auto it = fragments_.find(param);
   if (it == fragments_.end()) throw CheckpointError(tag_dir_ + ": the checkpoint has no parameter '" + param + "'");
   const int64_t end = begin + out.numel();

@@ -4,7 +4,6 @@
 #include <cctype>
 #include <filesystem>
 #include <map>
-#include <memory>
 #include <optional>
 
 #include "dscpp/checkpoint/checkpoint_dir.h"
@@ -38,13 +37,15 @@ int64_t parse_byte_size(const std::string& text) {
                                                {"GB", 1e9},  {"TB", 1e12},   {"KIB", 1024.0},       {"MIB", 1048576.0},
                                                {"GIB", 1073741824.0}, {"TIB", 1099511627776.0}};
   auto it = units.find(unit);
-  double value = 0;
+  double value = -1;
   try {
-    value = digits ? std::stod(text.substr(0, digits)) : -1;
+    size_t used = 0;
+    if (digits) value = std::stod(text.substr(0, digits), &used);
+    if (used != digits) value = -1;  // "1.2.3"
   } catch (const std::exception&) {
     value = -1;
   }
-  if (it == units.end() || value <= 0) {
+  if (it == units.end() || value <= 0 || (it != units.end() && value * it->second > 9e18)) {
     throw std::invalid_argument("size '" + text + "': expected a positive number with an optional unit (B, KB, MB, "
                                 "GB, TB, KiB, MiB, GiB, TiB), e.g. 5GB");
   }
@@ -112,8 +113,14 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
   }
   if (hf && m.client_state.is_object() && m.client_state.contains("gpt2")) {
     const auto& g = m.client_state["gpt2"];
-    auto config = hf_gpt2_config(g.at("vocab_size"), g.at("block_size"), g.at("n_embd"), g.at("n_layer"),
-                                 g.at("n_head"), g.at("layer_norm_eps"));
+    nlohmann::json config;
+    try {
+      config = hf_gpt2_config(g.at("vocab_size"), g.at("block_size"), g.at("n_embd"), g.at("n_layer"), g.at("n_head"),
+                              g.at("layer_norm_eps"));
+    } catch (const nlohmann::json::exception& e) {
+      throw CheckpointError(checkpoint.tag_dir() + "/" + kManifestFile + ": client_state.gpt2 cannot describe the "
+                            "model for config.json: " + e.what());
+    }
     config["torch_dtype"] = options.dtype == torch::kFloat32 ? "float32"
                             : options.dtype == torch::kBFloat16 ? "bfloat16" : "float16";
     write_file_durably((fs::path(out_dir) / "config.json").string(), config.dump(2));

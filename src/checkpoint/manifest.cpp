@@ -126,6 +126,13 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   for (const auto& p : get<nlohmann::json>(json, "params", source)) {
     ParamEntry entry{get<std::string>(p, "name", source, "params[]"),
                      get<std::vector<int64_t>>(p, "shape", source, "params[]")};
+    int64_t numel = 1;
+    for (int64_t d : entry.shape) {
+      if (d < 0 || (d > 0 && numel > (int64_t{1} << 62) / d)) {
+        throw CheckpointError(source + ": parameter '" + entry.name + "' has an impossible shape");
+      }
+      numel *= d;
+    }
     if (!param_index.emplace(entry.name, m.params.size()).second) {
       throw CheckpointError(source + ": parameter '" + entry.name + "' listed twice");
     }
@@ -155,7 +162,9 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
         throw CheckpointError(source + ": " + file.file + " holds a fragment of '" + fragment.param +
                               "', which is not in \"params\"");
       }
-      if (fragment.begin < 0 || fragment.numel <= 0 || fragment.begin + fragment.numel > m.params[it->second].numel()) {
+      const int64_t param_numel = m.params[it->second].numel();
+      if (fragment.begin < 0 || fragment.numel <= 0 || fragment.begin > param_numel ||
+          fragment.numel > param_numel - fragment.begin) {
         throw CheckpointError(source + ": " + file.file + ": fragment of '" + fragment.param + "' [" +
                               std::to_string(fragment.begin) + ", +" + std::to_string(fragment.numel) +
                               ") is outside the parameter");
@@ -176,12 +185,13 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   for (size_t i = 0; i < m.params.size(); ++i) {
     auto& ranges = cover[i];
     std::sort(ranges.begin(), ranges.end());
-    int64_t next = 0;
+    int64_t next = 0;  // sorted by start, each range must begin where the previous ended: no gap, no overlap
+    bool tiled = true;
     for (const auto& [begin, numel] : ranges) {
-      if (begin != next) break;
+      tiled = tiled && begin == next;
       next = begin + numel;
     }
-    if (next != m.params[i].numel()) {
+    if (!tiled || next != m.params[i].numel()) {
       throw CheckpointError(source + ": the shard files do not hold parameter '" + m.params[i].name +
                             "' exactly once (covered up to element " + std::to_string(next) + " of " +
                             std::to_string(m.params[i].numel()) + ")");
@@ -208,12 +218,6 @@ Manifest Manifest::read(const std::string& tag_dir) {
     throw CheckpointError(path + ": not valid JSON (" + e.what() + ")");
   }
   return from_json(json, path);
-}
-
-const ParamEntry* Manifest::find_param(const std::string& name) const {
-  for (const auto& p : params)
-    if (p.name == name) return &p;
-  return nullptr;
 }
 
 }  // namespace dscpp

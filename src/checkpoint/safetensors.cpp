@@ -206,15 +206,15 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
         numel *= d;
       }
       stored.bytes = numel * static_cast<int64_t>(c10::elementSize(stored.info.dtype));
-      if (range.size() != 2 || range[0] < 0 || range[1] - range[0] != stored.bytes) {
+      if (range.size() != 2 || range[0] < 0 || range[1] < range[0] || range[1] - range[0] != stored.bytes) {
         throw std::runtime_error(path_ + ": tensor '" + name + "': data_offsets do not match its dtype and shape");
       }
-      stored.offset = data_start + range[0];
-      if (stored.offset + stored.bytes > file_bytes_) {
-        throw std::runtime_error(path_ + ": truncated: tensor '" + name + "' ends at byte " +
-                                 std::to_string(stored.offset + stored.bytes) + " but the file has " +
-                                 std::to_string(file_bytes_));
+      if (range[1] > file_bytes_ - data_start) {
+        throw std::runtime_error(path_ + ": truncated: tensor '" + name + "' ends at data byte " +
+                                 std::to_string(range[1]) + " but the file holds " +
+                                 std::to_string(file_bytes_ - data_start) + " data bytes");
       }
+      stored.offset = data_start + range[0];
       tensors_.push_back(std::move(stored));
     }
     std::sort(tensors_.begin(), tensors_.end(),

@@ -1,8 +1,11 @@
 // Engine::save_checkpoint / load_checkpoint: the engine's state to and from the checkpoint format
 // (dscpp/checkpoint/manifest.h). Every rank writes the fragments of the parameters its shard holds and reads the
-// fragments its own partition needs, so neither side ever holds more than its partition plus one fragment, and the
-// reader's world size and ZeRO stage need not be the writer's.
+// fragments its own partition needs, so the reader's world size and ZeRO stage need not be the writer's. A save
+// holds nothing beyond one fragment in flight; a load reads into a second copy of the partition (master and
+// optimizer state) and only then replaces the engine's, so a failed load leaves the engine as it was.
+#include <algorithm>
 #include <csignal>
+#include <functional>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -133,10 +136,10 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
                                     const nlohmann::json& client_state) {
   check_at_boundary("save_checkpoint");
   const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(global_steps_) : tag_arg;
-  check_tag(tag);
   validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
   all_or_none(*comm_, "save_checkpoint", [&] {
+    check_tag(tag);
     if (rank() == 0) prepare_staging(save_dir, tag);
   });
 
@@ -154,22 +157,8 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
     if (rank() != 0) return;
     auto manifest = describe_checkpoint(tag, client_state);
     for (int r = 0; r < world_size(); ++r) {
-      const int64_t* s = all_sums.data() + r * longest;
-      const auto contents = shard_contents(r);
-      if (static_cast<int64_t>(contents.size()) + 2 != lengths[r]) {
-        throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(lengths[r]) +
-                               " checksums, rank 0 expected " + std::to_string(contents.size() + 2));
-      }
-      ShardFile file{r, shard_file_name(r), s[0], static_cast<uint32_t>(s[1]), {}, {}};
-      for (size_t i = 0; i < contents.size(); ++i) {
-        const auto& t = contents[i];
-        if (t.kind == kMasterKind) {
-          file.fragments.push_back({stage_->layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
-                                    t.fragment.numel});
-        }
-        file.tensor_crc32[t.name] = static_cast<uint32_t>(s[2 + i]);
-      }
-      manifest.files.push_back(std::move(file));
+      manifest.files.push_back(describe_shard(r, std::vector<int64_t>(all_sums.begin() + r * longest,
+                                                                      all_sums.begin() + r * longest + lengths[r])));
     }
     write_file_durably((fs::path(staging) / kManifestFile).string(), manifest.to_json().dump(1));
     kill_point("manifest_written");
@@ -217,6 +206,24 @@ std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::
   return sums;
 }
 
+ShardFile Engine::describe_shard(int r, const std::vector<int64_t>& sums) const {
+  const auto contents = shard_contents(r);
+  if (sums.size() != contents.size() + 2) {
+    throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(sums.size()) +
+                           " checksums, rank 0 expected " + std::to_string(contents.size() + 2));
+  }
+  ShardFile file{r, shard_file_name(r), sums[0], static_cast<uint32_t>(sums[1]), {}, {}};
+  for (size_t i = 0; i < contents.size(); ++i) {
+    const auto& t = contents[i];
+    if (t.kind == kMasterKind) {
+      file.fragments.push_back({stage_->layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
+                                t.fragment.numel});
+    }
+    file.tensor_crc32[t.name] = static_cast<uint32_t>(sums[2 + i]);
+  }
+  return file;
+}
+
 Manifest Engine::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
   Manifest m;
   m.tag = tag;
@@ -250,26 +257,39 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
     checkpoint = std::make_unique<CheckpointReader>(loaded.path);
     check_compatible(checkpoint->manifest(), options, (fs::path(loaded.path) / kManifestFile).string());
   });
+  // Each rank read `latest` for itself: a save finishing in between could have given them different tags.
+  const auto tags = comm_->side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(loaded.tag))});
+  if (std::any_of(tags.begin(), tags.end(), [&](int64_t t) { return t != tags[0]; })) {
+    throw CheckpointError("load_checkpoint: the ranks resolved different tags in " + load_dir + " (this rank: '" +
+                          loaded.tag + "'; was `latest` replaced during the load?); pass the tag explicitly");
+  }
   const Manifest& m = checkpoint->manifest();
 
-  // Read everything this rank's partition needs into fresh tensors first, so a failure leaves the engine as it
-  // was. Padding stays zero, as in a fresh partition.
+  // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
+  // parameter covers (group padding) keep this engine's values.
   auto& master = stage_->master_params();
   auto states = optimizer_->state_tensors();
-  auto new_master = torch::zeros_like(master);
+  torch::Tensor new_master, rng_state;
   std::vector<torch::Tensor> new_states;
-  if (options.load_optimizer_states) {
-    for (const auto& [kind, state] : states) new_states.push_back(torch::zeros_like(state));
-  }
-  torch::Tensor rng_state;
   all_or_none(*comm_, "load_checkpoint", [&] {
+    new_master = master.clone();
+    if (options.load_optimizer_states) {
+      for (const auto& [kind, state] : states) new_states.push_back(state.clone());
+    }
+    // Files are read on the host; a device partition gets each range through a host buffer.
+    auto read = [&](const std::string& kind, const std::string& name, int64_t begin, torch::Tensor place) {
+      if (place.device().is_cpu()) return checkpoint->read_range(kind, name, begin, place);
+      auto host = torch::empty({place.numel()}, torch::kFloat32);
+      checkpoint->read_range(kind, name, begin, host);
+      place.copy_(host);
+    };
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
       const int64_t at = master_offset(want);
-      checkpoint->read_range(kMasterKind, name, want.param_begin, new_master.narrow(0, at, want.numel));
+      read(kMasterKind, name, want.param_begin, new_master.narrow(0, at, want.numel));
       for (size_t k = 0; k < new_states.size(); ++k) {
-        checkpoint->read_range(states[k].first, name, want.param_begin, new_states[k].narrow(0, at, want.numel));
+        read(states[k].first, name, want.param_begin, new_states[k].narrow(0, at, want.numel));
       }
     }
     if (rank() < m.world_size) rng_state = checkpoint->read(rank(), kRngTensor);
@@ -283,6 +303,15 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
   }
   if (options.load_optimizer_states) optimizer_->set_step_count(m.optimizer_step_count);
   stage_->publish_params();
+  restore_progress(m, rng_state);
+  loaded.client_state = m.client_state;
+  log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
+       std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
+  return loaded;
+}
+
+// Counters (and so the schedule's position), the loss scaler and this rank's generator.
+void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state) {
   global_steps_ = m.global_steps;
   micro_steps_ = m.micro_steps;
   skipped_steps_ = m.skipped_steps;
@@ -303,10 +332,6 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
     log_("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +
          std::to_string(m.world_size) + ".." + std::to_string(world_size() - 1) + " keep their own");
   }
-  loaded.client_state = m.client_state;
-  log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
-       std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
-  return loaded;
 }
 
 void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) {
@@ -323,8 +348,9 @@ void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& op
 void Engine::load_weights(const WeightSource& source) {
   check_at_boundary("load_weights");
   auto& master = stage_->master_params();
-  auto new_master = master.clone();
+  torch::Tensor new_master;
   all_or_none(*comm_, "load_weights", [&] {
+    new_master = master.clone();
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
       const auto& slot = layout.slots()[want.slot];

@@ -147,6 +147,15 @@ TEST(Manifest, BadManifestsAreErrorsNamingTheFileAndWhatIsWrong) {
   j["files"][1]["fragments"][0] = {"w", 6, 1};  // w's last element is in no file
   expect_error(j, "do not hold parameter 'w' exactly once");
   j = good;
+  j["files"][0]["fragments"].push_back({"b", 1, 1});  // b's element 1 is in two files
+  expect_error(j, "do not hold parameter 'b' exactly once");
+  j = good;
+  j["files"][1]["fragments"][1] = {"b", 0, 9223372036854775807LL};
+  expect_error(j, "is outside the parameter");
+  j = good;
+  j["params"][0]["shape"] = {4611686018427387904LL, 4};
+  expect_error(j, "impossible shape");
+  j = good;
   j["files"][1]["fragments"][1] = {"nope", 0, 3};
   expect_error(j, "fragment of 'nope'");
   j = good;
@@ -238,7 +247,7 @@ TEST(ByteSize, ParsesHfStyleSizesAndRejectsOthers) {
   EXPECT_EQ(parse_byte_size("2GiB"), 2LL << 30);
   EXPECT_EQ(parse_byte_size("1.5kb"), 1500);
   EXPECT_EQ(parse_byte_size("123"), 123);
-  for (const std::string bad : {"", "GB", "-1GB", "0", "5XB", "1e3"}) {
+  for (const std::string bad : {"", "GB", "-1GB", "0", "5XB", "1e3", "1.2.3GB", "99999999999GB"}) {
     EXPECT_NE(error_of([&] { parse_byte_size(bad); }).find("expected a positive number"), std::string::npos) << bad;
   }
 }

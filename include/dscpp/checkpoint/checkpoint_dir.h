@@ -25,8 +25,8 @@ std::string staging_dir(const std::string& dir, const std::string& tag);
 // Creates `dir` if needed and an empty staging directory for `tag` (removing a stale one).
 void prepare_staging(const std::string& dir, const std::string& tag);
 
-// fsyncs the staging directory and renames it to `dir/<tag>` (an existing tag of that name is replaced: moved
-// aside first, removed after), then fsyncs `dir`.
+// fsyncs the staging directory and renames it to `dir/<tag>`, then fsyncs `dir`. An existing tag of that name is
+// replaced by an atomic exchange (renameat2 RENAME_EXCHANGE), so `dir/<tag>` never goes missing.
 void publish_staging(const std::string& dir, const std::string& tag);
 
 // Replaces `dir/latest` with `tag` (temporary file, fsync, rename, fsync of `dir`).

@@ -25,9 +25,6 @@ class CheckpointReader {
   const Manifest& manifest() const { return manifest_; }
   const std::string& tag_dir() const { return tag_dir_; }
 
-  // True when rank `rank`'s file holds tensor `name` (per the manifest).
-  bool has(int rank, const std::string& name) const;
-
   // Elements [begin, begin + out.numel()) of parameter `param`'s `kind` tensor (kMasterKind, an optimizer state,
   // kParam16Kind) into `out` (1-D, contiguous, CPU, the stored dtype). Fragments that lie wholly inside the range
   // are read straight into place. Throws CheckpointError naming the file: missing, truncated, a CRC mismatch, a

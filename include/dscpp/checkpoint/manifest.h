@@ -82,8 +82,6 @@ struct Manifest {
   static Manifest from_json(const nlohmann::json& json, const std::string& source);
   // Reads and validates `tag_dir`/manifest.json.
   static Manifest read(const std::string& tag_dir);
-
-  const ParamEntry* find_param(const std::string& name) const;
 };
 
 // Every way a checkpoint can be unusable: missing, incomplete, corrupt, or from another model. The message names

@@ -42,7 +42,8 @@ struct InitOptions {
 };
 
 struct CheckpointLoadOptions {
-  // false: weights and step counters only; the optimizer starts fresh (its state need not match this optimizer).
+  // false: weights and step counters only; the optimizer's state is left as it is (fresh in a new engine), so the
+  // checkpoint's optimizer need not be this one.
   bool load_optimizer_states = true;
 };
 
@@ -124,8 +125,9 @@ class Engine {
   // its fp32 master, optimizer state and (16-bit training) compute-dtype weights, each as fragments of named
   // parameters, plus its CPU generator state; and a manifest (JSON) with the config, counters, loss scaler and
   // every tensor's CRC-32. `save_dir/latest` names the tag only once all of it is fsynced and in place, so a crash
-  // during a save leaves the previous checkpoint and `latest` intact. `client_state` is stored as is. Returns the
-  // tag directory. Throws CheckpointError on every rank when any rank fails; nothing saved before is touched.
+  // during a save leaves the previous checkpoint and `latest` intact (re-saving an existing tag swaps the new one in
+  // atomically). `client_state` is stored as is. Returns the tag directory. Throws CheckpointError on every rank
+  // when any rank fails; other tags and `latest` are untouched.
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
                               const nlohmann::json& client_state = nullptr);
 
@@ -168,6 +170,10 @@ class Engine {
   std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag);
   // The manifest without its files: what this engine is and where training stands.
   Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
+  // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
+  ShardFile describe_shard(int r, const std::vector<int64_t>& sums) const;
+  // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
+  void restore_progress(const Manifest& m, const torch::Tensor& rng_state);
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source);
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.

@@ -5,9 +5,9 @@
 // optimizer state) and only then replaces the engine's, so a failed load leaves the engine as it was.
 #include <algorithm>
 #include <csignal>
-#include <functional>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 
 #include "dscpp/checkpoint/checkpoint_dir.h"

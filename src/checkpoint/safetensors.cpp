@@ -182,12 +182,7 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
     if (!header.is_object()) throw std::runtime_error(path_ + ": bad header: not a JSON object");
     const int64_t data_start = 8 + static_cast<int64_t>(header_bytes);
     for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        for (const auto& [key, value] : entry.items()) {
-          if (value.is_string()) metadata_[key] = value.get<std::string>();
-        }
-        continue;
-      }
+      if (name == "__metadata__") continue;
       StoredTensor stored;
       std::vector<int64_t> range;
       try {

@@ -121,11 +121,12 @@ std::vector<ShardFragment> Engine::master_fragments() const {
 
 std::vector<Engine::ShardTensor> Engine::shard_contents(int r) const {
   const auto& layout = stage_->layout();
+  const auto kinds = state_kinds(*optimizer_);
   std::vector<ShardTensor> out;
   for (const auto& f : layout.shard_fragments(r)) {
     const auto& name = layout.slots()[f.slot].name;
     out.push_back({shard_tensor_name(kMasterKind, name), kMasterKind, f});
-    for (const auto& kind : state_kinds(*optimizer_)) out.push_back({shard_tensor_name(kind, name), kind, f});
+    for (const auto& kind : kinds) out.push_back({shard_tensor_name(kind, name), kind, f});
     if (dtype_ != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
   }
   out.push_back({kRngTensor, kRngTensor, {}});

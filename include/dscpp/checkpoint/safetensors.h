@@ -83,7 +83,6 @@ class SafetensorsReader {
 
   const std::string& path() const { return path_; }
   int64_t file_bytes() const { return file_bytes_; }
-  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // In file order.
   const std::vector<StoredTensor>& tensors() const { return tensors_; }
   bool contains(const std::string& name) const { return index_.count(name) != 0; }
@@ -100,7 +99,6 @@ class SafetensorsReader {
   std::string path_;
   int fd_ = -1;
   int64_t file_bytes_ = 0;
-  std::map<std::string, std::string> metadata_;
   std::vector<StoredTensor> tensors_;
   std::map<std::string, size_t> index_;
 };

@@ -12,26 +12,25 @@ namespace {
 class FlatAdagrad final : public FlatOptimizer {
  public:
   FlatAdagrad(const AdagradOptions& options, int64_t numel, const torch::TensorOptions& state_options)
-      : lr_decay_(options.lr_decay),
+      : initial_(options.initial_accumulator_value),
+        lr_decay_(options.lr_decay),
         weight_decay_(options.weight_decay),
         eps_(options.eps),
         numel_(numel),
-        sum_(torch::full({numel}, options.initial_accumulator_value, state_options)),
-        std_(make_scratch(numel, state_options)) {
-    if (weight_decay_ != 0.0) decayed_grad_ = make_scratch(numel, state_options);
-  }
+        sum_(torch::full({numel}, options.initial_accumulator_value, state_options)) {}
 
-  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
-    check_step_args(param, grad, numel_, "Adagrad");
-    ++steps_;
+  void begin_step() override { ++steps_; }
+
+  void update(const OptimizerSlice& slice, double lr) override {
+    check_slice(slice, 1, "Adagrad");
     const double clr = lr / (1.0 + static_cast<double>(steps_ - 1) * lr_decay_);
-    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
-      torch::Tensor p = param.narrow(0, offset, length);
-      torch::Tensor g = grad.narrow(0, offset, length);
-      torch::Tensor sum = sum_.narrow(0, offset, length);
-      torch::Tensor std = std_.narrow(0, 0, length);
+    for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
+      torch::Tensor p = slice.param.narrow(0, offset, length);
+      torch::Tensor g = slice.grad.narrow(0, offset, length);
+      torch::Tensor sum = slice.state[0].narrow(0, offset, length);
+      torch::Tensor std = std_.get(length, p);
       if (weight_decay_ != 0.0) {
-        torch::Tensor decayed = decayed_grad_.narrow(0, 0, length);
+        torch::Tensor decayed = decayed_grad_.get(length, p);
         torch::add_out(decayed, g, p, weight_decay_);  // g + wd * p
         g = decayed;
       }
@@ -40,6 +39,13 @@ class FlatAdagrad final : public FlatOptimizer {
       std.add_(eps_);
       p.addcdiv_(g, std, -clr);
     });
+    write_param16(slice);
+  }
+
+  int64_t numel() const override { return numel_; }
+
+  void init_state(const std::vector<torch::Tensor>& state) const override {
+    for (const auto& t : state) t.fill_(initial_);
   }
 
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override { return {{"sum", sum_}}; }
@@ -49,14 +55,15 @@ class FlatAdagrad final : public FlatOptimizer {
   std::string name() const override { return "Adagrad"; }
 
  private:
+  double initial_;
   double lr_decay_;
   double weight_decay_;
   double eps_;
   int64_t numel_;
   int64_t steps_ = 0;
   torch::Tensor sum_;           // (numel) running sum of squared gradients
-  torch::Tensor std_;           // (min(numel, kChunkElements)) sqrt(sum) + eps
-  torch::Tensor decayed_grad_;  // (min(numel, kChunkElements)), only with weight decay
+  Scratch std_;                 // one chunk: sqrt(sum) + eps
+  Scratch decayed_grad_;        // one chunk, only with weight decay
 };
 
 }  // namespace

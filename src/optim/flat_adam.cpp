@@ -1,10 +1,12 @@
 // Flat Adam / AdamW on one fp32 partition: torch.optim.AdamW / DeepSpeed FusedAdam arithmetic with in-place
-// torch ops, so it runs on any device. (The SIMD CPU Adam for offload is a separate, later optimizer.)
+// torch ops, so it runs on any device; with OptimizerKernels::kCpuSimd (offload) host slices go through the fused
+// SIMD CPU Adam instead, which also writes the 16-bit copy in the same pass.
 #include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dscpp/optim/cpu_adam.h"
 #include "flat_optimizers.h"
 
 namespace dscpp::detail {
@@ -13,34 +15,36 @@ namespace {
 class FlatAdam final : public FlatOptimizer {
  public:
   FlatAdam(const AdamOptions& options, bool decoupled, std::string name, int64_t numel,
-           const torch::TensorOptions& state_options)
+           const torch::TensorOptions& state_options, OptimizerKernels kernels)
       : beta1_(options.betas[0]),
         beta2_(options.betas[1]),
         eps_(options.eps),
         weight_decay_(options.weight_decay),
         decoupled_(decoupled),
         bias_correction_(options.bias_correction),
+        kernels_(kernels),
         name_(std::move(name)),
         numel_(numel),
         exp_avg_(torch::zeros({numel}, state_options)),
-        exp_avg_sq_(torch::zeros({numel}, state_options)),
-        scratch_(make_scratch(numel, state_options)) {}
+        exp_avg_sq_(torch::zeros({numel}, state_options)) {}
 
-  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
-    check_step_args(param, grad, numel_, name_);
-    ++steps_;
+  void begin_step() override { ++steps_; }
+
+  void update(const OptimizerSlice& slice, double lr) override {
+    check_slice(slice, 2, name_);
+    if (kernels_ == OptimizerKernels::kCpuSimd && on_host(slice)) return update_simd(slice, lr);
     const double bias_correction1 = bias_correction_ ? 1.0 - std::pow(beta1_, static_cast<double>(steps_)) : 1.0;
     const double bias_correction2 = bias_correction_ ? 1.0 - std::pow(beta2_, static_cast<double>(steps_)) : 1.0;
     const double step_size = lr / bias_correction1;
     const double sqrt_bias_correction2 = std::sqrt(bias_correction2);
     const bool l2 = weight_decay_ != 0.0 && !decoupled_;
 
-    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
-      torch::Tensor p = param.narrow(0, offset, length);
-      torch::Tensor g = grad.narrow(0, offset, length);
-      torch::Tensor m = exp_avg_.narrow(0, offset, length);
-      torch::Tensor v = exp_avg_sq_.narrow(0, offset, length);
-      torch::Tensor scratch = scratch_.narrow(0, 0, length);
+    for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
+      torch::Tensor p = slice.param.narrow(0, offset, length);
+      torch::Tensor g = slice.grad.narrow(0, offset, length);
+      torch::Tensor m = slice.state[0].narrow(0, offset, length);
+      torch::Tensor v = slice.state[1].narrow(0, offset, length);
+      torch::Tensor scratch = scratch_.get(length, p);
       if (weight_decay_ != 0.0 && decoupled_) p.mul_(1.0 - lr * weight_decay_);
       if (l2) {
         torch::add_out(scratch, g, p, weight_decay_);  // g + wd * p, without touching the caller's grad
@@ -53,6 +57,7 @@ class FlatAdam final : public FlatOptimizer {
       scratch.div_(sqrt_bias_correction2).add_(eps_);
       p.addcdiv_(m, scratch, -step_size);
     });
+    write_param16(slice);
   }
 
   void set_momentum(double momentum) override {
@@ -60,6 +65,8 @@ class FlatAdam final : public FlatOptimizer {
             momentum);
     beta1_ = momentum;
   }
+
+  int64_t numel() const override { return numel_; }
 
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
     return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
@@ -70,24 +77,50 @@ class FlatAdam final : public FlatOptimizer {
   std::string name() const override { return name_; }
 
  private:
+  // The SIMD kernel reads raw pointers: every slice must be contiguous host memory (the 16-bit copy bf16 or fp16).
+  static bool on_host(const OptimizerSlice& s) {
+    auto ok = [](const torch::Tensor& t) { return t.device().is_cpu() && t.is_contiguous(); };
+    return ok(s.param) && ok(s.grad) && ok(s.state[0]) && ok(s.state[1]) &&
+           (!s.param16.defined() || (ok(s.param16) && (s.param16.scalar_type() == torch::kBFloat16 ||
+                                                       s.param16.scalar_type() == torch::kFloat16)));
+  }
+
+  void update_simd(const OptimizerSlice& s, double lr) {
+    AdamStepConfig c;
+    c.lr = lr;
+    c.beta1 = beta1_;
+    c.beta2 = beta2_;
+    c.eps = eps_;
+    c.weight_decay = weight_decay_;
+    c.decoupled = decoupled_;
+    c.bias_correction = bias_correction_;
+    c.step = steps_;
+    const bool fused16 = s.param16.defined();
+    cpu_adam_step(c, s.param.data_ptr<float>(), s.grad.data_ptr<float>(), s.state[0].data_ptr<float>(),
+                  s.state[1].data_ptr<float>(), s.param.numel(), fused16 ? s.param16.data_ptr() : nullptr,
+                  fused16 ? s.param16.scalar_type() : torch::kBFloat16);
+  }
+
   double beta1_;
   double beta2_;
   double eps_;
   double weight_decay_;
   bool decoupled_;          // AdamW: p *= 1 - lr*wd; else L2: g + wd*p
   bool bias_correction_;
+  OptimizerKernels kernels_;
   std::string name_;
   int64_t numel_;
   int64_t steps_ = 0;
   torch::Tensor exp_avg_;     // (numel) first moment
   torch::Tensor exp_avg_sq_;  // (numel) second moment
-  torch::Tensor scratch_;     // (min(numel, kChunkElements)) L2 gradient, then the denominator
+  Scratch scratch_;           // one chunk: the L2 gradient, then the denominator
 };
 
 }  // namespace
 
 std::unique_ptr<FlatOptimizer> make_flat_adam(const AdamOptions& o, bool decoupled, const std::string& name,
-                                              int64_t numel, const torch::TensorOptions& state_options) {
+                                              int64_t numel, const torch::TensorOptions& state_options,
+                                              OptimizerKernels kernels) {
   require(o.lr >= 0.0, "lr", "must be >= 0", o.lr);
   require(o.betas[0] >= 0.0 && o.betas[0] < 1.0, "betas[0]", "must be in [0, 1)", o.betas[0]);
   require(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "betas[1]", "must be in [0, 1)", o.betas[1]);
@@ -96,7 +129,7 @@ std::unique_ptr<FlatOptimizer> make_flat_adam(const AdamOptions& o, bool decoupl
   if (o.amsgrad) {
     throw std::invalid_argument("optimizer.params.amsgrad true is not supported yet (set it to false or remove it)");
   }
-  return std::make_unique<FlatAdam>(o, decoupled, name, numel, state_options);
+  return std::make_unique<FlatAdam>(o, decoupled, name, numel, state_options, kernels);
 }
 
 }  // namespace dscpp::detail

@@ -16,23 +16,26 @@ class FlatLion final : public FlatOptimizer {
         beta2_(options.betas[1]),
         weight_decay_(options.weight_decay),
         numel_(numel),
-        exp_avg_(torch::zeros({numel}, state_options)),
-        scratch_(make_scratch(numel, state_options)) {}
+        exp_avg_(torch::zeros({numel}, state_options)) {}
 
-  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
-    check_step_args(param, grad, numel_, "Lion");
-    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
-      torch::Tensor p = param.narrow(0, offset, length);
-      torch::Tensor g = grad.narrow(0, offset, length);
-      torch::Tensor m = exp_avg_.narrow(0, offset, length);
-      torch::Tensor update = scratch_.narrow(0, 0, length);
+  void begin_step() override { ++steps_; }
+
+  void update(const OptimizerSlice& slice, double lr) override {
+    check_slice(slice, 1, "Lion");
+    for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
+      torch::Tensor p = slice.param.narrow(0, offset, length);
+      torch::Tensor g = slice.grad.narrow(0, offset, length);
+      torch::Tensor m = slice.state[0].narrow(0, offset, length);
+      torch::Tensor update = scratch_.get(length, p);
       if (weight_decay_ != 0.0) p.mul_(1.0 - lr * weight_decay_);
       update.copy_(m).mul_(beta1_).add_(g, 1.0 - beta1_).sign_();  // sign(b1*m + (1-b1)*g)
       p.add_(update, -lr);
       m.mul_(beta2_).add_(g, 1.0 - beta2_);  // the momentum tracks with beta2, after the update
     });
-    ++steps_;
+    write_param16(slice);
   }
+
+  int64_t numel() const override { return numel_; }
 
   void set_momentum(double momentum) override {
     require(momentum >= 0.0 && momentum <= 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1]",
@@ -53,7 +56,7 @@ class FlatLion final : public FlatOptimizer {
   int64_t numel_;
   int64_t steps_ = 0;
   torch::Tensor exp_avg_;  // (numel) momentum
-  torch::Tensor scratch_;  // (min(numel, kChunkElements)) the signed update
+  Scratch scratch_;        // one chunk: the signed update
 };
 
 }  // namespace

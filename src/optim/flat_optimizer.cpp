@@ -14,25 +14,49 @@
 namespace dscpp {
 namespace detail {
 
-void check_step_args(const torch::Tensor& param, const torch::Tensor& grad, int64_t numel, const std::string& name) {
-  auto check = [&](const torch::Tensor& t, const char* what) {
-    if (!t.defined() || t.dim() != 1 || t.numel() != numel || t.scalar_type() != torch::kFloat32) {
-      throw std::invalid_argument(name + " step: " + what + " must be a 1-D fp32 tensor of " + std::to_string(numel) +
-                                  " elements (this optimizer's partition), got " +
+void check_slice(const OptimizerSlice& slice, size_t state_count, const std::string& name) {
+  const int64_t n = slice.param.defined() ? slice.param.numel() : 0;
+  auto check = [&](const torch::Tensor& t, const std::string& what, bool fp32) {
+    if (!t.defined() || t.dim() != 1 || t.numel() != n || (fp32 && t.scalar_type() != torch::kFloat32) ||
+        t.device() != slice.param.device()) {
+      throw std::invalid_argument(name + " update: " + what + " must be a 1-D " + (fp32 ? "fp32 " : "") +
+                                  "tensor of " + std::to_string(n) + " elements on " +
+                                  (slice.param.defined() ? slice.param.device().str() : std::string("?")) +
+                                  " (the param slice's), got " +
                                   (t.defined() ? std::string(t.toString()) + " of " + std::to_string(t.numel()) +
-                                                     " elements with " + std::to_string(t.dim()) + " dims"
+                                                     " elements with " + std::to_string(t.dim()) + " dims on " +
+                                                     t.device().str()
                                                : std::string("an undefined tensor")));
     }
   };
-  check(param, "param");
-  check(grad, "grad");
-  if (param.device() != grad.device()) {
-    throw std::invalid_argument(name + " step: param and grad must be on the same device, got " +
-                                param.device().str() + " and " + grad.device().str());
+  check(slice.param, "param", true);
+  check(slice.grad, "grad", true);
+  if (slice.state.size() != state_count) {
+    throw std::invalid_argument(name + " update: expected " + std::to_string(state_count) + " state slices, got " +
+                                std::to_string(slice.state.size()));
   }
+  for (size_t k = 0; k < slice.state.size(); ++k) check(slice.state[k], "state[" + std::to_string(k) + "]", true);
+  if (slice.param16.defined()) check(slice.param16, "param16", false);
 }
 
 }  // namespace detail
+
+void FlatOptimizer::step(torch::Tensor& param, const torch::Tensor& grad, double lr) {
+  if (param.defined() && param.numel() != numel()) {
+    throw std::invalid_argument(name() + " step: param has " + std::to_string(param.numel()) +
+                                " elements, this optimizer's partition " + std::to_string(numel()));
+  }
+  OptimizerSlice whole{param, grad, {}, {}};
+  for (auto& [kind, tensor] : state_tensors()) whole.state.push_back(tensor);
+  begin_step();
+  update(whole, lr);
+}
+
+std::vector<std::string> FlatOptimizer::state_kinds() {
+  std::vector<std::string> kinds;
+  for (const auto& [kind, tensor] : state_tensors()) kinds.push_back(kind);
+  return kinds;
+}
 
 namespace {
 
@@ -65,7 +89,7 @@ bool type_matches(const std::string& type) {
 }  // namespace
 
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
-                                                   const torch::TensorOptions& options) {
+                                                   const torch::TensorOptions& options, OptimizerKernels kernels) {
   if (lower(config.type) == "lamb" || std::holds_alternative<LambOptions>(config.options)) {
     throw std::invalid_argument("optimizer.type \"" + (config.type.empty() ? std::string("Lamb") : config.type) +
                                 "\" is not supported yet (" + kSupported + ")");
@@ -85,7 +109,8 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
           // As DeepSpeed: "AdamW" always decouples; "Adam" decouples unless adam_w_mode is false.
           const bool adamw_type = lower(config.type) == "adamw";
           const bool decoupled = adamw_type || o.adam_w_mode;
-          return detail::make_flat_adam(o, decoupled, adamw_type ? "AdamW" : "Adam", numel, state_options);
+          return detail::make_flat_adam(o, decoupled, adamw_type ? "AdamW" : "Adam", numel, state_options,
+                                       kernels);
         } else if constexpr (std::is_same_v<T, SgdOptions>) {
           return detail::make_flat_sgd(o, numel, state_options);
         } else if constexpr (std::is_same_v<T, LionOptions>) {

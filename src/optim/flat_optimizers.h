@@ -29,10 +29,21 @@ void for_each_chunk(int64_t numel, Fn&& fn) {
   }
 }
 
-// A scratch buffer of one chunk (or the whole partition when it is smaller).
-inline torch::Tensor make_scratch(int64_t numel, const torch::TensorOptions& options) {
-  return torch::empty({std::min(numel, kChunkElements)}, options);
-}
+// A scratch buffer of at most one chunk, allocated at the first update that needs it and kept: the optimizer's
+// own partition, or the slices offload hands it, never need more.
+class Scratch {
+ public:
+  torch::Tensor get(int64_t length, const torch::Tensor& like) {
+    if (!buffer_.defined() || buffer_.numel() < length || buffer_.device() != like.device()) {
+      buffer_ = torch::empty({std::min(std::max(length, buffer_.defined() ? buffer_.numel() : 0), kChunkElements)},
+                             like.options());
+    }
+    return buffer_.narrow(0, 0, length);
+  }
+
+ private:
+  torch::Tensor buffer_;
+};
 
 // Throws std::invalid_argument "optimizer.params.<key> <requirement>, got <value>" unless `ok`.
 template <typename T>
@@ -43,11 +54,18 @@ void require(bool ok, const char* key, const char* requirement, T value) {
   throw std::invalid_argument(msg.str());
 }
 
-// The engine's contract with step(): 1-D fp32 tensors of the partition's size. Cheap (no data access).
-void check_step_args(const torch::Tensor& param, const torch::Tensor& grad, int64_t numel, const std::string& name);
+// The contract of update(): 1-D fp32 tensors of one length on one device, one state slice per state kind. Cheap
+// (no data access).
+void check_slice(const OptimizerSlice& slice, size_t state_count, const std::string& name);
+
+// Writes the slice's updated parameters into its 16-bit copy, when it asks for one.
+inline void write_param16(const OptimizerSlice& slice) {
+  if (slice.param16.defined()) slice.param16.copy_(slice.param);
+}
 
 std::unique_ptr<FlatOptimizer> make_flat_adam(const AdamOptions& options, bool decoupled, const std::string& name,
-                                              int64_t numel, const torch::TensorOptions& state_options);
+                                              int64_t numel, const torch::TensorOptions& state_options,
+                                              OptimizerKernels kernels);
 std::unique_ptr<FlatOptimizer> make_flat_sgd(const SgdOptions& options, int64_t numel,
                                              const torch::TensorOptions& state_options);
 std::unique_ptr<FlatOptimizer> make_flat_lion(const LionOptions& options, int64_t numel,

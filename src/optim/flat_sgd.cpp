@@ -20,28 +20,34 @@ class FlatSgd final : public FlatOptimizer {
         state_options_(state_options) {
     // Plain SGD keeps no state: the buffer exists only when momentum is used (4 bytes per parameter).
     if (momentum_ != 0.0) momentum_buffer_ = torch::zeros({numel}, state_options);
-    if (weight_decay_ != 0.0 || nesterov_) scratch_ = make_scratch(numel, state_options);
   }
 
-  void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
-    check_step_args(param, grad, numel_, "SGD");
-    for_each_chunk(numel_, [&](int64_t offset, int64_t length) {
-      torch::Tensor p = param.narrow(0, offset, length);
-      torch::Tensor d_p = grad.narrow(0, offset, length);
+  // The first step with momentum starts the buffer from the gradient (every slice of this step does).
+  void begin_step() override {
+    fresh_this_step_ = buffer_fresh_;
+    if (momentum_ != 0.0) buffer_fresh_ = false;
+    ++steps_;
+  }
+
+  void update(const OptimizerSlice& slice, double lr) override {
+    check_slice(slice, momentum_buffer_.defined() ? 1 : 0, "SGD");
+    for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
+      torch::Tensor p = slice.param.narrow(0, offset, length);
+      torch::Tensor d_p = slice.grad.narrow(0, offset, length);
       if (weight_decay_ != 0.0) {
-        torch::Tensor scratch = scratch_.narrow(0, 0, length);
+        torch::Tensor scratch = scratch_.get(length, p);
         torch::add_out(scratch, d_p, p, weight_decay_);  // g + wd * p
         d_p = scratch;
       }
       if (momentum_ != 0.0) {
-        torch::Tensor buf = momentum_buffer_.narrow(0, offset, length);
-        if (buffer_fresh_) {
+        torch::Tensor buf = slice.state[0].narrow(0, offset, length);
+        if (fresh_this_step_) {
           buf.copy_(d_p);  // torch: the first step's buffer is the gradient itself, undampened
         } else {
           buf.mul_(momentum_).add_(d_p, 1.0 - dampening_);
         }
         if (nesterov_) {
-          torch::Tensor scratch = scratch_.narrow(0, 0, length);
+          torch::Tensor scratch = scratch_.get(length, p);
           torch::add_out(scratch, d_p, buf, momentum_);  // g + momentum * buf (scratch may alias d_p)
           d_p = scratch;
         } else {
@@ -50,9 +56,10 @@ class FlatSgd final : public FlatOptimizer {
       }
       p.add_(d_p, -lr);
     });
-    if (momentum_ != 0.0) buffer_fresh_ = false;
-    ++steps_;
+    write_param16(slice);
   }
+
+  int64_t numel() const override { return numel_; }
 
   void set_momentum(double momentum) override {
     require(momentum >= 0.0, "momentum", "(set by the schedule) must be >= 0", momentum);
@@ -60,7 +67,6 @@ class FlatSgd final : public FlatOptimizer {
       // Momentum switched on after construction: start a buffer the torch way, from the next gradient.
       momentum_buffer_ = torch::zeros({numel_}, state_options_);
       buffer_fresh_ = true;
-      if (!scratch_.defined() && nesterov_) scratch_ = make_scratch(numel_, state_options_);
     }
     momentum_ = momentum;
   }
@@ -89,8 +95,9 @@ class FlatSgd final : public FlatOptimizer {
   torch::TensorOptions state_options_;
   int64_t steps_ = 0;
   bool buffer_fresh_ = true;       // the buffer holds no history yet
+  bool fresh_this_step_ = true;    // buffer_fresh_ as the current step began
   torch::Tensor momentum_buffer_;  // (numel), only when momentum != 0
-  torch::Tensor scratch_;          // (min(numel, kChunkElements)), only for weight decay or Nesterov
+  Scratch scratch_;                // one chunk, for weight decay or Nesterov
 };
 
 }  // namespace

@@ -283,5 +283,102 @@ TEST(FlatOptimizer, UnsupportedChoicesAreClearErrors) {
   EXPECT_THROW(adam->step(half, torch::zeros({8}), 1e-3), std::invalid_argument);
 }
 
+// Stepping in slices with state the caller holds (what offload does, sub-group by sub-group) is the same
+// arithmetic as step(): bitwise, for every optimizer, over uneven slices and 5 steps.
+TEST(FlatOptimizer, SlicedUpdatesWithCallerStateEqualStep) {
+  SgdOptions sgd;
+  sgd.momentum = 0.9;
+  sgd.nesterov = true;
+  sgd.weight_decay = 0.01;
+  AdamOptions adam_l2;
+  adam_l2.weight_decay = 0.1;
+  adam_l2.adam_w_mode = false;
+  AdagradOptions adagrad;
+  adagrad.initial_accumulator_value = 0.3;
+  adagrad.weight_decay = 0.05;
+  const std::vector<std::pair<std::string, OptimizerOptions>> cases = {
+      {"AdamW", AdamOptions{}}, {"Adam", adam_l2}, {"SGD", sgd}, {"Lion", LionOptions{}}, {"Adagrad", adagrad}};
+  const std::vector<int64_t> cuts = {0, 1, 400, 777, kNumel};
+  for (const auto& [type, options] : cases) {
+    auto whole = make(type, options);
+    auto sliced = make(type, options, /*numel=*/0);  // holds no state: the test does
+    EXPECT_EQ(sliced->state_kinds(), whole->state_kinds()) << type;
+    std::vector<torch::Tensor> state;
+    for (size_t k = 0; k < whole->state_kinds().size(); ++k) state.push_back(torch::empty({kNumel}));
+    sliced->init_state(state);
+    for (size_t k = 0; k < state.size(); ++k) {
+      EXPECT_TRUE(torch::equal(state[k], whole->state_tensors()[k].second)) << type << ": fresh state";
+    }
+    torch::Tensor a = initial_param(kNumel), b = a.clone();
+    for (int step = 0; step < 5; ++step) {
+      const auto g = grad_at(step, kNumel);
+      const double lr = lr_at(step, 0.01);
+      whole->step(a, g, lr);
+      sliced->begin_step();
+      for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+        const int64_t begin = cuts[c], n = cuts[c + 1] - cuts[c];
+        OptimizerSlice slice{b.narrow(0, begin, n), g.narrow(0, begin, n), {}, {}};
+        for (const auto& t : state) slice.state.push_back(t.narrow(0, begin, n));
+        sliced->update(slice, lr);
+      }
+      ASSERT_TRUE(torch::equal(a, b)) << type << " step " << step + 1;
+    }
+    EXPECT_EQ(sliced->step_count(), 5);
+    for (size_t k = 0; k < state.size(); ++k) EXPECT_TRUE(torch::equal(state[k], whole->state_tensors()[k].second));
+  }
+}
+
+// The offload kernels: Adam on host slices goes through the SIMD CPU Adam, within 1e-6 of the torch arithmetic,
+// and writes the 16-bit copy in the same pass, equal to rounding the updated fp32 parameters. The others write it by
+// rounding too.
+TEST(FlatOptimizer, CpuSimdKernelsAgreeAndWriteThe16BitCopy) {
+  AdamOptions o;
+  o.weight_decay = 0.1;
+  auto reference = make("AdamW", o);
+  auto simd = make_flat_optimizer(OptimizerConfig{"AdamW", o}, kNumel, torch::TensorOptions(),
+                                  OptimizerKernels::kCpuSimd);
+  auto lion = make_flat_optimizer(OptimizerConfig{"Lion", LionOptions{}}, kNumel, torch::TensorOptions(),
+                                  OptimizerKernels::kCpuSimd);
+  torch::Tensor a = initial_param(kNumel), b = a.clone(), c = a.clone();
+  for (auto dtype : {torch::kBFloat16, torch::kFloat16}) {
+    for (int step = 0; step < 5; ++step) {
+      const auto g = grad_at(step, kNumel);
+      reference->step(a, g, 0.01);
+      auto p16 = torch::empty({kNumel}, torch::TensorOptions().dtype(dtype));
+      OptimizerSlice slice{b, g, {}, p16};
+      for (auto& [kind, t] : simd->state_tensors()) slice.state.push_back(t);
+      simd->begin_step();
+      simd->update(slice, 0.01);
+      ASSERT_LE(rel_error(b, a), 1e-6) << "step " << step + 1;
+      EXPECT_TRUE(torch::equal(p16, b.to(dtype))) << "the 16-bit copy is the updated fp32 rounded";
+
+      OptimizerSlice lion_slice{c, g, {lion->state_tensors()[0].second}, p16};
+      lion->begin_step();
+      lion->update(lion_slice, 0.01);
+      EXPECT_TRUE(torch::equal(p16, c.to(dtype)));
+    }
+  }
+  EXPECT_GT(rel_error(b, initial_param(kNumel)), 1e-3);
+}
+
+TEST(FlatOptimizer, SliceErrorsNameWhatIsWrong) {
+  auto adam = make("AdamW", AdamOptions{});
+  auto p = torch::zeros({8});
+  adam->begin_step();
+  try {
+    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8})}, {}}, 1e-3);
+    FAIL() << "one state slice for Adam's two";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 2 state slices, got 1"), std::string::npos) << e.what();
+  }
+  try {
+    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8}), torch::zeros({7})}, {}}, 1e-3);
+    FAIL() << "a short state slice";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("state[1] must be a 1-D fp32 tensor of 8 elements"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dscpp

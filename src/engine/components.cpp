@@ -1,6 +1,8 @@
 // Config → engine parts. Every switch on a config value that selects behaviour lives here.
 #include "dscpp/engine/components.h"
 
+#include "dscpp/offload/nvme_store.h"
+
 namespace dscpp {
 namespace {
 
@@ -11,7 +13,16 @@ void reject(const std::string& key, const std::string& what) {
 }  // namespace
 
 void check_supported(const Config& config) {
-  if (config.zero.offload_optimizer.device != OffloadDevice::kNone) reject("zero_optimization.offload_optimizer.device", "offload");
+  const auto& offload = config.zero.offload_optimizer;
+  if (offload.device != OffloadDevice::kNone && config.zero.stage == 0) {
+    throw ConfigError(std::string("zero_optimization.offload_optimizer.device is \"") +
+                      (offload.device == OffloadDevice::kCpu ? "cpu" : "nvme") +
+                      "\" at stage 0: offloading moves each rank's optimizer partition off the device, so it needs "
+                      "zero_optimization.stage 1, 2 or 3");
+  }
+  if (offload.device != OffloadDevice::kNone && offload.ratio != 1.0) {
+    reject("zero_optimization.offload_optimizer.ratio", "a value other than 1 (partial offload)");
+  }
   if (config.zero.offload_param.device != OffloadDevice::kNone) reject("zero_optimization.offload_param.device", "offload");
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
   if (config.tensorboard.enabled) reject("tensorboard.enabled", "the TensorBoard monitor");
@@ -57,6 +68,34 @@ std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageCo
     default: reject("zero_optimization.stage", "stage " + std::to_string(zero.stage));
   }
   return nullptr;
+}
+
+std::unique_ptr<StateStore> make_optimizer_store(const Config& config, ZeroStage& stage, FlatOptimizer& optimizer,
+                                                 int rank) {
+  const auto& offload = config.zero.offload_optimizer;
+  torch::Tensor master = stage.master_params();
+  if (offload.device == OffloadDevice::kCpu) {
+    std::vector<torch::Tensor> state;
+    for (auto& [kind, tensor] : optimizer.state_tensors()) state.push_back(tensor);
+    return make_resident_store(master, std::move(state), config.zero.sub_group_size);
+  }
+  NvmeStoreOptions o;
+  o.nvme_path = offload.nvme_path;
+  o.config_key = "zero_optimization.offload_optimizer.nvme_path";
+  o.rank = rank;
+  o.numel = master.numel();
+  o.sub_group_size = config.zero.sub_group_size;
+  o.kinds = 1 + static_cast<int>(optimizer.state_kinds().size());
+  o.buffer_count = offload.buffer_count;
+  o.pin_memory = offload.pin_memory;
+  o.aio = config.aio;
+  o.initial_values = [&](int i, const std::vector<torch::Tensor>& slices) {
+    slices[0].copy_(master.narrow(0, i * config.zero.sub_group_size, slices[0].numel()));
+    optimizer.init_state({slices.begin() + 1, slices.end()});
+  };
+  auto store = make_nvme_store(o);
+  stage.release_master();
+  return store;
 }
 
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context) {

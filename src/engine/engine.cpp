@@ -12,6 +12,7 @@
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
 #include "dscpp/monitor/step_log.h"
+#include "dscpp/optim/cpu_adam.h"
 
 namespace dscpp {
 namespace {
@@ -100,6 +101,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
+  // Where training runs: the parameters' device.
+  const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
   std::vector<PrepartitionedUnit> prepartitioned;
   if (options.partitioned) {
     if (config_.zero.stage != 3) {
@@ -118,7 +121,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
-    const bool cuda = !params.empty() && params.front().is_cuda();
+    const bool cuda = device.is_cuda();
     comm_ = init_comm(DistEnv::from_env(), cuda ? CommBackend::kNccl : CommBackend::kGloo);
   }
   if (!log_) {
@@ -132,6 +135,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   context.comm = comm_;
   if (config_.communication_data_type) context.comm_dtype = to_scalar_type(*config_.communication_data_type);
   context.overlap_comm = config_.zero.overlap_comm;
+  const bool offload_optimizer = config_.zero.offload_optimizer.device != OffloadDevice::kNone;
+  context.offload_optimizer = offload_optimizer;
+  context.pin_memory = config_.zero.offload_optimizer.pin_memory;
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
@@ -148,18 +154,35 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
   broadcast_rest(*model_, *comm_);
 
-  auto& master = stage_->master_params();
-  optimizer_ = make_flat_optimizer(*optimizer_config, master.numel(), master.options());
+  // Offloaded, the optimizer runs on the host over its store's slices; on NVMe it holds no state of its own.
+  const int64_t partition = stage_->master_params().numel();
+  const bool nvme = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
+  optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(),
+                                   offload_optimizer ? OptimizerKernels::kCpuSimd : OptimizerKernels::kTorch);
+  if (offload_optimizer) {
+    offload_ = std::make_unique<OptimizerOffload>(*optimizer_, make_optimizer_store(config_, *stage_, *optimizer_,
+                                                                                    comm_->rank()),
+                                                  *stage_, dtype_);
+  }
   const double base_lr = optimizer_config->lr();
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
-  loss_sum_ = torch::zeros({}, master.options());
+  // On the model's device (the master may be on the host, offloaded).
+  loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
        std::to_string(comm_->world_size()) + " (" + comm_->backend() + "), " + to_string(config_.compute_dtype()) +
        ": " + describe(memory()));
+  if (offload_) {
+    log_(std::string("[deepspeed.cpp] offload_optimizer ") +
+         (nvme ? "nvme: fp32 master and optimizer state swapped to " + config_.zero.offload_optimizer.nvme_path + ", "
+               : "cpu: fp32 master and optimizer state in host memory, ") +
+         optimizer_->name() + " on the CPU (" + to_string(best_simd_path()) + "), " +
+         std::to_string(offload_->store().sub_groups()) + " sub-group(s) of up to " +
+         std::to_string(offload_->store().largest_sub_group()) + " elements");
+  }
 }
 
 Engine::~Engine() = default;
@@ -214,7 +237,7 @@ void Engine::update(StepReport& report) {
 
   // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
   // global norm non-finite on every rank, so all ranks agree on the overflow.
-  auto packed = torch::stack({stage_->local_grad_sq_norm(), loss_sum_.to(torch::kFloat64)});
+  auto packed = torch::stack({stage_->local_grad_sq_norm().to(loss_sum_.device()), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
   const auto host = packed.to(torch::kCPU);  // one device sync for both numbers
   const double scaled_norm = std::sqrt(host.data_ptr<double>()[0]);
@@ -237,8 +260,12 @@ void Engine::update(StepReport& report) {
   if (coef != 1.0) grads.mul_(coef);
 
   if (auto momentum = schedule_->momentum_at(t)) optimizer_->set_momentum(*momentum);
-  optimizer_->step(stage_->master_params(), grads, report.lr);
-  stage_->publish_params();
+  if (offload_) {
+    offload_->step(grads, report.lr);  // on the host, each sub-group published as soon as it is updated
+  } else {
+    optimizer_->step(stage_->master_params(), grads, report.lr);
+    stage_->publish_params();
+  }
   stage_->zero_grads();
 }
 

@@ -44,12 +44,6 @@ void all_or_none(Comm& comm, const std::string& what, const std::function<void()
   }
 }
 
-std::vector<std::string> state_kinds(FlatOptimizer& optimizer) {
-  std::vector<std::string> kinds;
-  for (const auto& [name, tensor] : optimizer.state_tensors()) kinds.push_back(name);
-  return kinds;
-}
-
 std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
 
 // Throws unless the checkpoint holds exactly this model's trainable parameters, with the same shapes.
@@ -121,7 +115,7 @@ std::vector<ShardFragment> Engine::master_fragments() const {
 
 std::vector<Engine::ShardTensor> Engine::shard_contents(int r) const {
   const auto& layout = stage_->layout();
-  const auto kinds = state_kinds(*optimizer_);
+  const auto kinds = optimizer_->state_kinds();
   std::vector<ShardTensor> out;
   for (const auto& f : layout.shard_fragments(r)) {
     const auto& name = layout.slots()[f.slot].name;
@@ -179,15 +173,14 @@ std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::
     std::lock_guard<std::mutex> lock(generator.mutex());
     rng_state = generator.get_state();
   }
-  std::map<std::string, torch::Tensor> states;
-  for (auto& [kind, state] : optimizer_->state_tensors()) states.emplace(kind, state);
-  auto& master = stage_->master_params();
-  // The compute-dtype weights are the master rounded (what publish_params makes them); the writer rounds each
-  // fragment as it writes it, so no second copy of the partition exists.
+  // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
+  // as it writes it, so no second copy of the partition exists.
+  const auto kinds = optimizer_->state_kinds();
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng_state;
-    const auto& source = (t.kind == kMasterKind || t.kind == kParam16Kind) ? master : states.at(t.kind);
-    return source.narrow(0, master_offset(t.fragment), t.fragment.numel);
+    const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
+    const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
+    return master_state(kind, master_offset(t.fragment), t.fragment.numel);
   };
   const auto contents = shard_contents(rank());
   std::vector<TensorInfo> infos;
@@ -237,7 +230,7 @@ Manifest Engine::describe_checkpoint(const std::string& tag, const nlohmann::jso
   m.global_samples = global_samples_;
   m.optimizer = optimizer_->name();
   m.optimizer_step_count = optimizer_->step_count();
-  m.optimizer_state = state_kinds(*optimizer_);
+  m.optimizer_state = optimizer_->state_kinds();
   m.scheduler = config_.scheduler ? config_.scheduler->type : "";
   const auto scaler = scaler_->state();
   m.loss_scaler = {scaler_->name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
@@ -268,42 +261,26 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
 
   // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
   // parameter covers (group padding) keep this engine's values.
-  auto& master = stage_->master_params();
-  auto states = optimizer_->state_tensors();
-  torch::Tensor new_master, rng_state;
-  std::vector<torch::Tensor> new_states;
+  const auto kinds = optimizer_->state_kinds();
+  std::vector<StateStore::Update> writes;
+  torch::Tensor rng_state;
   all_or_none(*comm_, "load_checkpoint", [&] {
-    new_master = master.clone();
-    if (options.load_optimizer_states) {
-      for (const auto& [kind, state] : states) new_states.push_back(state.clone());
-    }
-    // Files are read on the host; a device partition gets each range through a host buffer.
-    auto read = [&](const std::string& kind, const std::string& name, int64_t begin, torch::Tensor place) {
-      if (place.device().is_cpu()) return checkpoint->read_range(kind, name, begin, place);
-      auto host = torch::empty({place.numel()}, torch::kFloat32);
-      checkpoint->read_range(kind, name, begin, host);
-      place.copy_(host);
-    };
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
-      const int64_t at = master_offset(want);
-      read(kMasterKind, name, want.param_begin, new_master.narrow(0, at, want.numel));
-      for (size_t k = 0; k < new_states.size(); ++k) {
-        read(states[k].first, name, want.param_begin, new_states[k].narrow(0, at, want.numel));
+      for (size_t k = 0; k <= (options.load_optimizer_states ? kinds.size() : 0); ++k) {
+        // Files are read on the host; the engine copies into device partitions at the commit.
+        auto values = torch::empty({want.numel}, torch::kFloat32);
+        checkpoint->read_range(k == 0 ? kMasterKind : kinds[k - 1], name, want.param_begin, values);
+        writes.push_back({static_cast<int>(k), master_offset(want), values});
       }
     }
     if (rank() < m.world_size) rng_state = checkpoint->read(rank(), kRngTensor);
   });
 
-  // Commit: the master, then the compute-dtype weights from it, then everything the manifest carries.
-  {
-    torch::NoGradGuard no_grad;
-    master.copy_(new_master);
-    for (size_t k = 0; k < new_states.size(); ++k) states[k].second.copy_(new_states[k]);
-  }
+  // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
+  commit_master_writes(writes);
   if (options.load_optimizer_states) optimizer_->set_step_count(m.optimizer_step_count);
-  stage_->publish_params();
   restore_progress(m, rng_state);
   loaded.client_state = m.client_state;
   log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
@@ -337,7 +314,7 @@ void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state)
 
 void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) {
   check_same_model(m, param_entries(), source);
-  if (options.load_optimizer_states && (m.optimizer != optimizer_->name() || m.optimizer_state != state_kinds(*optimizer_))) {
+  if (options.load_optimizer_states && (m.optimizer != optimizer_->name() || m.optimizer_state != optimizer_->state_kinds())) {
     std::string kinds;
     for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
     throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded into " +
@@ -348,10 +325,8 @@ void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& op
 
 void Engine::load_weights(const WeightSource& source) {
   check_at_boundary("load_weights");
-  auto& master = stage_->master_params();
-  torch::Tensor new_master;
+  std::vector<StateStore::Update> writes;
   all_or_none(*comm_, "load_weights", [&] {
-    new_master = master.clone();
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
       const auto& slot = layout.slots()[want.slot];
@@ -361,15 +336,41 @@ void Engine::load_weights(const WeightSource& source) {
                                     (value.defined() ? c10::str(value.sizes()) : std::string("undefined")) +
                                     ", the parameter is " + shape_text(slot.shape));
       }
-      new_master.narrow(0, master_offset(want), want.numel)
-          .copy_(value.reshape({-1}).narrow(0, want.param_begin, want.numel));
+      writes.push_back({0, master_offset(want),
+                        value.reshape({-1}).narrow(0, want.param_begin, want.numel).to(torch::kFloat32).clone()});
     }
   });
+  commit_master_writes(writes);
+}
+
+torch::Tensor Engine::master_state(int kind, int64_t offset, int64_t numel) {
+  if (offload_) {
+    auto out = torch::empty({numel}, torch::kFloat32);
+    offload_->store().read(kind, offset, out);
+    return out;
+  }
+  auto& whole = kind == 0 ? stage_->master_params() : optimizer_->state_tensors().at(kind - 1).second;
+  return whole.narrow(0, offset, numel);
+}
+
+void Engine::commit_master_writes(const std::vector<StateStore::Update>& writes) {
   {
     torch::NoGradGuard no_grad;
-    master.copy_(new_master);
+    if (offload_) {
+      offload_->store().write(writes);
+    } else {
+      auto states = optimizer_->state_tensors();
+      for (const auto& w : writes) {
+        auto& whole = w.kind == 0 ? stage_->master_params() : states.at(w.kind - 1).second;
+        whole.narrow(0, w.offset, w.values.numel()).copy_(w.values);
+      }
+    }
   }
-  stage_->publish_params();
+  if (offload_) {
+    offload_->publish();
+  } else {
+    stage_->publish_params();
+  }
 }
 
 }  // namespace dscpp

@@ -2,6 +2,7 @@
 #include "dscpp/zero/sharded_master.h"
 
 #include "dscpp/zero/grad_norm.h"
+#include "dscpp/zero/host_memory.h"
 #include "dscpp/zero/in_flight.h"
 
 #include <stdexcept>
@@ -15,6 +16,14 @@ ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layo
     throw std::invalid_argument("ShardedMaster: partition has " + std::to_string(partition.numel()) +
                                 " elements, the layout " + std::to_string(layout.partition_numel()));
   }
+  if (ctx_.offload_optimizer) {
+    const auto host = host_options(ctx_.pin_memory);
+    master_ = partition.device().is_cpu() && partition.scalar_type() == torch::kFloat32
+                  ? partition
+                  : torch::empty({partition.numel()}, host).copy_(partition);
+    grad_shard_ = torch::zeros({layout.partition_numel()}, host);
+    return;
+  }
   master_ = partition.scalar_type() == torch::kFloat32 ? partition : partition.to(torch::kFloat32);
   grad_shard_ = torch::zeros({layout.partition_numel()},
                              partition.options().dtype(ctx_.comm_dtype.value_or(partition.scalar_type())));
@@ -23,8 +32,9 @@ ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layo
 Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) {
   const auto& g = layout_.groups()[group];
   // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe.
-  auto input = group_grads.scalar_type() == grad_shard_.scalar_type() ? group_grads
-                                                                       : group_grads.to(grad_shard_.scalar_type());
+  // The reduction runs in the communication dtype on the gradients' device, whatever dtype and place the shard has.
+  const auto wire_dtype = ctx_.comm_dtype.value_or(group_grads.scalar_type());
+  auto input = group_grads.scalar_type() == wire_dtype ? group_grads : group_grads.to(wire_dtype);
   if (ctx_.grad_pre_divide != 1.0) input.div_(ctx_.grad_pre_divide);
   auto shard = torch::empty({g.shard_numel}, input.options());
   Handle pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
@@ -32,7 +42,8 @@ Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) 
   auto target = grad_shard_.narrow(0, g.partition_offset, g.shard_numel);
   return Handle([pending, shard, input, target, post]() mutable {
     pending.wait();
-    target.add_(shard, post);  // summed over micro-steps
+    // Summed over micro-steps. Offloaded, this is where the bucket's gradient moves to the host.
+    target.add_(shard.device() == target.device() ? shard : shard.to(target.device()), post);
   });
 }
 
@@ -58,6 +69,36 @@ void ShardedMaster::publish(FlatParams& flat) {
     in_flight.push(ctx_.comm->all_gather(output, input), {input});
   }
   in_flight.drain();
+}
+
+void ShardedMaster::publish_range(FlatParams& flat, int64_t begin, const torch::Tensor& values) {
+  if (!publishing_) {
+    publish_buffer_ = torch::empty({layout_.partition_numel()}, flat.params().options());
+    next_publish_group_ = 0;
+    publishing_ = std::make_unique<InFlight>(kMaxCollectivesInFlight);
+  }
+  publish_buffer_.narrow(0, begin, values.numel()).copy_(values);
+  const int64_t done = begin + values.numel();
+  const auto& groups = layout_.groups();
+  while (next_publish_group_ < groups.size()) {
+    const auto& g = groups[next_publish_group_];
+    if (g.partition_offset + g.shard_numel > done) break;
+    auto input = publish_buffer_.narrow(0, g.partition_offset, g.shard_numel);
+    auto output = flat.params().narrow(0, g.offset, g.numel);
+    publishing_->push(ctx_.comm->all_gather(output, input));
+    ++next_publish_group_;
+  }
+}
+
+void ShardedMaster::finish_publish() {
+  if (!publishing_) return;
+  if (next_publish_group_ != layout_.groups().size()) {
+    throw std::logic_error("ShardedMaster::finish_publish: the pieces covered " + std::to_string(next_publish_group_) +
+                           " of " + std::to_string(layout_.groups().size()) + " groups");
+  }
+  publishing_->drain();
+  publishing_.reset();
+  publish_buffer_ = torch::Tensor();
 }
 
 torch::Tensor ShardedMaster::local_grad_sq_norm() const {

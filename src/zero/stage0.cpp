@@ -49,6 +49,12 @@ class Stage0 final : public ZeroStage {
 
   const FlatLayout& layout() const override { return flat_.layout(); }
   bool master_is_whole() const override { return true; }
+  // The config rejects offload_optimizer at stage 0: there is no partition to offload.
+  void publish_range(int64_t, const torch::Tensor&) override {
+    throw std::logic_error("ZeRO stage 0 has no partition to publish in pieces (offload_optimizer needs stage 1-3)");
+  }
+  void finish_publish() override { publish_range(0, {}); }
+  void release_master() override { publish_range(0, {}); }
   torch::Tensor& master_params() override { return master_; }
   torch::Tensor& master_grads() override { return master_grads_; }
 

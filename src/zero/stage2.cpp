@@ -44,9 +44,14 @@ class Stage2 final : public ZeroStage {
 
   const FlatLayout& layout() const override { return flat_.layout(); }
   torch::Tensor& master_params() override { return master_.params(); }
+  void release_master() override { master_.release_master(); }
   torch::Tensor& master_grads() override { return master_.master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }
   void publish_params() override { master_.publish(flat_); }
+  void publish_range(int64_t begin, const torch::Tensor& values) override {
+    master_.publish_range(flat_, begin, values);
+  }
+  void finish_publish() override { master_.finish_publish(); }
   void zero_grads() override { master_.zero_grads(); }
 
   void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }

@@ -150,6 +150,7 @@ class Stage3 final : public ZeroStage {
 
   const FlatLayout& layout() const override { return *layout_; }
   torch::Tensor& master_params() override { return master_->params(); }
+  void release_master() override { master_->release_master(); }
   torch::Tensor& master_grads() override { return master_->master_grads(); }
   torch::Tensor local_grad_sq_norm() override { return master_->local_grad_sq_norm(); }
 
@@ -158,12 +159,16 @@ class Stage3 final : public ZeroStage {
   void publish_params() override {
     torch::NoGradGuard no_grad;
     if (!master_->params().is_same(partition_)) partition_.copy_(master_->params());
-    if (persistent_group_ >= 0) {
-      auto& g = groups_[persistent_group_];
-      g.release();
-      g.wait_gathered(*ctx_.comm);
-    }
+    regather_persistent();
   }
+
+  // Offloaded: each sub-group's values go straight into the shard (nothing to gather until the next forward).
+  void publish_range(int64_t begin, const torch::Tensor& values) override {
+    torch::NoGradGuard no_grad;
+    auto target = partition_.narrow(0, begin, values.numel());
+    if (target.data_ptr() != values.data_ptr()) target.copy_(values);
+  }
+  void finish_publish() override { regather_persistent(); }
 
   void zero_grads() override { master_->zero_grads(); }
 
@@ -194,6 +199,13 @@ class Stage3 final : public ZeroStage {
   StageTimers timers() const override { return timers_; }
 
  private:
+  void regather_persistent() {
+    if (persistent_group_ < 0) return;
+    auto& g = groups_[persistent_group_];
+    g.release();
+    g.wait_gathered(*ctx_.comm);
+  }
+
   // Parameters ordered by group kind (persistent, root, units), stable within a kind.
   void order_params(PartitionedModel& model) {
     const size_t kinds = placement_.kind_name.size();

@@ -27,9 +27,10 @@ struct Shape {
   int stage = 0;
   bool bf16 = false;
   int grad_accum = 1;
+  std::string offload = "";  // offload_optimizer.device ("" = none), stepping in sub-groups of 7,001
   std::string name() const {
     return "w" + std::to_string(world) + "s" + std::to_string(stage) + (bf16 ? "bf16" : "fp32") + "gas" +
-           std::to_string(grad_accum);
+           std::to_string(grad_accum) + (offload.empty() ? "" : "offload" + offload);
   }
 };
 
@@ -40,6 +41,10 @@ std::string write_config(const fs::path& dir, const Shape& shape, const std::str
   if (shape.stage == 3) {
     zero["stage3_param_persistence_threshold"] = 20'000;
     zero["stage3_gather_16bit_weights_on_model_save"] = true;
+  }
+  if (!shape.offload.empty()) {
+    zero["offload_optimizer"] = {{"device", shape.offload}, {"nvme_path", dir.string()}};
+    zero["sub_group_size"] = 7'001;
   }
   nlohmann::json opt = optimizer == "SGD"
                            ? nlohmann::json{{"type", "SGD"}, {"params", {{"lr", 1e-2}}}}
@@ -127,7 +132,11 @@ TEST_P(ExactResume, ContinuesBitwiseAsTheUninterruptedRun) {
 INSTANTIATE_TEST_SUITE_P(EveryStage, ExactResume,
                          ::testing::Values(Shape{1, 0}, Shape{1, 1}, Shape{1, 2}, Shape{1, 3}, Shape{2, 0},
                                            Shape{2, 1}, Shape{2, 2}, Shape{2, 3}, Shape{2, 2, false, 2},
-                                           Shape{2, 1, true}, Shape{2, 3, true}),
+                                           Shape{2, 1, true}, Shape{2, 3, true},
+                                           // Offloaded optimizer state is saved and restored like any other.
+                                           Shape{2, 1, false, 1, "cpu"}, Shape{2, 3, false, 2, "cpu"},
+                                           Shape{1, 2, true, 1, "cpu"}, Shape{2, 3, false, 1, "nvme"},
+                                           Shape{1, 1, true, 1, "nvme"}),
                          [](const auto& info) { return info.param.name(); });
 
 // ---- Resharding: written by N ranks at stage s, loaded by M ranks at stage t. ----
@@ -195,7 +204,10 @@ std::vector<Reshard> reshard_cases() {
   return cases;
 #else
   return {{Shape{1, 1}, Shape{2, 3}}, {Shape{2, 3}, Shape{1, 0}}, {Shape{4, 2}, Shape{2, 1}},
-          {Shape{2, 0}, Shape{4, 3}}, {Shape{4, 3}, Shape{2, 2}}, {Shape{2, 2, true}, Shape{1, 3, true}}};
+          {Shape{2, 0}, Shape{4, 3}}, {Shape{4, 3}, Shape{2, 2}}, {Shape{2, 2, true}, Shape{1, 3, true}},
+          // Into and out of an offloaded optimizer: the checkpoint does not record where the state lived.
+          {Shape{2, 2, false, 1, "cpu"}, Shape{1, 3}}, {Shape{2, 0}, Shape{2, 3, false, 1, "cpu"}},
+          {Shape{2, 2, false, 1, "nvme"}, Shape{1, 1}}, {Shape{1, 3}, Shape{2, 2, false, 1, "nvme"}}};
 #endif
 }
 

@@ -167,13 +167,32 @@ TEST(Engine, SurvivesUserZeroGradSettingGradsToNone) {
 TEST(Engine, RejectsFeaturesNotBuiltYetNamingTheKey) {
   auto model = Mlp();
   try {
-    initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
-        "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+    initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "tensorboard": {"enabled": true},
         "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("zero_optimization.offload_optimizer.device"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("tensorboard.enabled"), std::string::npos) << e.what();
   }
+}
+
+// Offloading moves a rank's optimizer partition: stage 0 has none, and partial offload is not built.
+TEST(Engine, OffloadErrorsNameTheKeyAndWhatIsAllowed) {
+  auto error_of = [](const std::string& zero) {
+    auto model = Mlp();
+    try {
+      initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "zero_optimization": )" + zero +
+                                          R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.1}}})"));
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto stage0 = error_of(R"({"stage": 0, "offload_optimizer": {"device": "cpu"}})");
+  EXPECT_NE(stage0.find("zero_optimization.offload_optimizer.device"), std::string::npos) << stage0;
+  EXPECT_NE(stage0.find("stage 1, 2 or 3"), std::string::npos) << stage0;
+  const auto ratio = error_of(R"({"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})");
+  EXPECT_NE(ratio.find("zero_optimization.offload_optimizer.ratio"), std::string::npos) << ratio;
+  EXPECT_EQ(error_of(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})"), "no error");
 }
 
 TEST(Engine, RequiresAnOptimizer) {

@@ -27,18 +27,22 @@ struct QuirkyImpl : torch::nn::Module {
 };
 TORCH_MODULE(Quirky);
 
-std::string config_json(int stage, int grad_accum) {
+// `offload`: the optimizer on the host (offload_optimizer cpu), stepping sub-groups of 37 elements that straddle
+// the 50-element communication groups.
+std::string config_json(int stage, int grad_accum, bool offload = false) {
+  const std::string offload_keys = offload ? R"(, "offload_optimizer": {"device": "cpu"}, "sub_group_size": 37)" : "";
   return R"({"train_batch_size": 16, "gradient_accumulation_steps": )" + std::to_string(grad_accum) +
          R"(, "zero_optimization": {"stage": )" + std::to_string(stage) +
-         R"(, "reduce_bucket_size": 50, "overlap_comm": true, "stage3_param_persistence_threshold": 0},
+         R"(, "reduce_bucket_size": 50, "overlap_comm": true, "stage3_param_persistence_threshold": 0)" +
+         offload_keys + R"(},
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}, "gradient_clipping": 0.5})";
 }
 
 // The trained parameters by name (stage 3 orders its groups differently).
-std::map<std::string, torch::Tensor> train(int stage, int grad_accum, Quirky& model) {
+std::map<std::string, torch::Tensor> train(int stage, int grad_accum, Quirky& model, bool offload = false) {
   torch::manual_seed(0);
   model = Quirky();
-  auto engine = initialize(model.ptr(), config_from(config_json(stage, grad_accum)));
+  auto engine = initialize(model.ptr(), config_from(config_json(stage, grad_accum, offload)));
   auto [x, y] = regression_data(5 * 16);
   const int64_t micro = 16 / grad_accum;
   for (int64_t row = 0; row < x.size(0); row += micro) {
@@ -53,10 +57,10 @@ std::map<std::string, torch::Tensor> train(int stage, int grad_accum, Quirky& mo
 TEST(EngineStages, EveryStageMatchesStage0WithUnusedAndTiedParameters) {
   Quirky reference_model{nullptr};
   const auto reference = train(0, 1, reference_model);
-  for (int stage : {0, 1, 2, 3}) {
+  for (int stage : {0, 1, 2, 3, -1, -2, -3}) {  // negative: that stage with the optimizer offloaded
     for (int gas : {1, 4}) {
       Quirky model{nullptr};
-      const auto params = train(stage, gas, model);
+      const auto params = train(std::abs(stage), gas, model, stage < 0);
       ASSERT_EQ(params.size(), reference.size());
       for (const auto& [name, value] : reference) {
         ASSERT_TRUE(params.count(name)) << name;

@@ -9,6 +9,8 @@
 #include <string>
 
 #include "dscpp/config/config.h"
+#include "dscpp/offload/state_store.h"
+#include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/zero/zero_stage.h"
 
@@ -24,6 +26,12 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
 
 // Stages 0-2 over the engine's FlatParams (context.flat).
 std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageContext& context);
+
+// Where offload_optimizer keeps `stage`'s master and `optimizer`'s state: in host memory ("cpu": the stage's master
+// and the optimizer's own tensors), or in rank `rank`'s swap file under nvme_path ("nvme": seeded from the stage's
+// master and fresh state, after which the stage's copy is released; `optimizer` was built for 0 elements).
+std::unique_ptr<StateStore> make_optimizer_store(const Config& config, ZeroStage& stage, FlatOptimizer& optimizer,
+                                                 int rank);
 
 // DeepSpeed's gradient averaging: with prescale_gradients the gradients are divided by the world size before the
 // sum over ranks; otherwise by gradient_predivide_factor f before and multiplied by f / world_size after.

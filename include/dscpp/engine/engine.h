@@ -19,6 +19,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/offload/optimizer_offload.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/schedule/lr_schedule.h"
@@ -180,6 +181,12 @@ class Engine {
   std::vector<ShardFragment> master_fragments() const;
   // Which part of master_params() holds fragment `f` of this rank's layout.
   int64_t master_offset(const ShardFragment& f) const;
+  // Elements [offset, offset + numel) of the master (kind 0) or optimizer state kind - 1, wherever they live: a view
+  // when they are in memory, a copy read from the offload store otherwise.
+  torch::Tensor master_state(int kind, int64_t offset, int64_t numel);
+  // Sets parts of the master and optimizer state (addressed as master_state does; fp32 values on the host) and
+  // republishes the compute-dtype weights from them.
+  void commit_master_writes(const std::vector<StateStore::Update>& writes);
 
   Config config_;
   std::shared_ptr<torch::nn::Module> model_;
@@ -189,6 +196,7 @@ class Engine {
   std::unique_ptr<FlatParams> flat_;  // stages 0-2: every parameter as a view of one buffer; stage 3 has none
   std::unique_ptr<ZeroStage> stage_;
   std::unique_ptr<FlatOptimizer> optimizer_;
+  std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer: the step runs on the host, by sub-group
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
 

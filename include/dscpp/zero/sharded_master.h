@@ -3,12 +3,16 @@
 // training), and the fp32 copy of that shard the optimizer reads, alive only from the boundary to zero_grads().
 // Also the collectives that connect them to the whole-model buffers: reduce-scatter of a group's gradients into the
 // shard, and (stages 1, 2) all-gather of the updated master back into every rank's compute-dtype parameters.
+// With offload_optimizer the master and the gradient shard (then fp32, as DeepSpeed keeps it for the CPU
+// optimizer) are in host memory, and each group's reduced gradient is copied there as its reduction completes.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <memory>
 #include <vector>
 
+#include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/zero_stage.h"
 
 namespace dscpp {
@@ -34,10 +38,16 @@ class ShardedMaster {
 
   // All-gathers every group's updated master shard into the compute-dtype parameters on every rank.
   void publish(FlatParams& flat);
+  // The same from pieces of the updated partition handed over in order (ZeroStage::publish_range): each group's
+  // all-gather starts as soon as its shard is complete. finish_publish waits for all of them.
+  void publish_range(FlatParams& flat, int64_t begin, const torch::Tensor& values);
+  void finish_publish();
 
   torch::Tensor local_grad_sq_norm() const;
   // Bytes of the fp32 master (stage 3 in fp32 shares them with its parameter shard and counts them there).
-  int64_t master_bytes() const { return master_.nbytes(); }
+  int64_t master_bytes() const { return master_.defined() ? master_.nbytes() : 0; }
+  // The master moved to an offload store (ZeroStage::release_master).
+  void release_master() { master_ = torch::Tensor(); }
   int64_t shard_bytes() const { return grad_shard_.nbytes(); }
   // The fp32 gradient partition while it exists (boundary to zero_grads), 0 when it is the shard itself.
   int64_t master_grad_bytes() const;
@@ -48,6 +58,11 @@ class ShardedMaster {
   torch::Tensor master_;        // (partition_numel) fp32: rank r's shard of every group, in group order
   torch::Tensor grad_shard_;    // (partition_numel) communication dtype: reduced gradients, summed over micro-steps
   torch::Tensor master_grads_;  // (partition_numel) fp32: grad_shard_ widened for the optimizer
+  // While a piecewise publish runs: the updated partition in the compute dtype on the parameters' device, the next
+  // group to gather, and the gathers running.
+  torch::Tensor publish_buffer_;
+  size_t next_publish_group_ = 0;
+  std::unique_ptr<InFlight> publishing_;
 };
 
 }  // namespace dscpp

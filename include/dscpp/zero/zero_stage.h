@@ -74,11 +74,22 @@ class ZeroStage {
   virtual const FlatLayout& layout() const = 0;
   virtual bool master_is_whole() const { return false; }
 
+  // The master now lives in an offload store (offload_optimizer nvme): frees this stage's copy. After it,
+  // master_params() is undefined and publishing goes through publish_range. Stages 1-3.
+  virtual void release_master() = 0;
+
   // This rank's share of ‖g‖² (a 0-dim fp64 tensor): shares are disjoint across ranks and sum to the whole.
   virtual torch::Tensor local_grad_sq_norm() = 0;
 
   // After the optimizer: bring every rank's compute-dtype parameters up to date from the master partitions.
   virtual void publish_params() = 0;
+
+  // The same, a piece at a time, for an optimizer that steps the master sub-group by sub-group on the host
+  // (offload_optimizer): `values` are partition elements [begin, begin + values.numel()) after the update, in the
+  // compute dtype, handed over in partition order. The stage starts publishing whatever is complete at once, so
+  // it overlaps the next sub-group's step; finish_publish() completes it. Stages 1-3 (offload needs a partition).
+  virtual void publish_range(int64_t begin, const torch::Tensor& values) = 0;
+  virtual void finish_publish() = 0;
 
   virtual void zero_grads() = 0;
 
@@ -101,6 +112,10 @@ struct StageContext {
   // which together average them (see make_stage_context for DeepSpeed's prescale / predivide rules).
   double grad_pre_divide = 1.0;
   double grad_post_scale = 1.0;
+  // offload_optimizer: the fp32 master partition and the rank's gradient partition (fp32) live in host memory,
+  // page-locked when `pin_memory` and a GPU exists; each bucket's reduced gradient is moved there as it arrives.
+  bool offload_optimizer = false;
+  bool pin_memory = false;
 };
 
 // Collectives a stage keeps running at once: each holds a bucket (and, with the Gloo fallback, a copy of it).

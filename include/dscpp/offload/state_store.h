@@ -1,0 +1,70 @@
+// StateStore: where an offloaded optimizer's fp32 state lives between steps — the master partition and each
+// optimizer state tensor — handed out one sub-group (zero_optimization.sub_group_size elements) at a time, so only
+// the sub-groups being stepped need to be in memory. In host memory (offload_optimizer.device "cpu") the slices
+// are views; on NVMe ("nvme") they are read ahead and written behind.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace dscpp {
+
+class StateStore {
+ public:
+  // `numel` elements per kind, in sub-groups of `sub_group_size` (the last one shorter).
+  StateStore(int64_t numel, int64_t sub_group_size);
+  virtual ~StateStore() = default;
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  int64_t numel() const { return numel_; }
+  int sub_groups() const { return sub_groups_; }
+  int64_t sub_group_begin(int i) const { return i * sub_group_size_; }
+  int64_t sub_group_numel(int i) const;
+  int64_t largest_sub_group() const { return sub_groups_ > 0 ? sub_group_numel(0) : 0; }
+
+  // Sub-group i's slices: the master first, then the optimizer's state in FlatOptimizer::state_kinds() order. They
+  // stay valid until release(i). A step acquires 0, 1, ... in order and releases each before acquiring the next,
+  // so a store that swaps can read i + 1 ahead while i steps and write i back while i + 1 steps.
+  virtual std::vector<torch::Tensor> acquire(int i) = 0;
+  // Done with sub-group i. `modified`: its slices were updated in place, so a swapping store writes them back (in
+  // the background).
+  virtual void release(int i, bool modified = true) = 0;
+  // Returns once every write-back has completed.
+  virtual void flush() {}
+
+  // Random access between steps, for checkpoints and weight loading, through acquire and release: elements
+  // [offset, offset + n) of `kind` (0: the master, k: the optimizer's state kind k - 1).
+  void read(int kind, int64_t offset, torch::Tensor out);
+  struct Update {
+    int kind;
+    int64_t offset;
+    torch::Tensor values;
+  };
+  // Applies every update, acquiring and writing back each sub-group they touch once.
+  void write(const std::vector<Update>& updates);
+
+ private:
+  // The pieces of [offset, offset + n) in each sub-group: (sub-group, start within it, count, start in the range).
+  struct Piece {
+    int sub_group;
+    int64_t within;
+    int64_t count;
+    int64_t at;
+  };
+  std::vector<Piece> pieces(int64_t offset, int64_t n) const;
+
+  int64_t numel_;
+  int64_t sub_group_size_;
+  int sub_groups_;
+};
+
+// The state in memory: the stage's master partition and the optimizer's own state tensors (offload to the CPU puts
+// both in host memory). acquire and release hand out views; nothing moves.
+std::unique_ptr<StateStore> make_resident_store(torch::Tensor master, std::vector<torch::Tensor> state,
+                                                int64_t sub_group_size);
+
+}  // namespace dscpp

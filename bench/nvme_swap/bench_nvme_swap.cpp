@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
   dscpp::NvmeStoreOptions o;
   o.nvme_path = dir;
   o.config_key = "--dir";
-  o.numel = bytes / (4 * kinds);
-  o.sub_group_size = sub_group;
+  const int64_t numel = bytes / (4 * kinds);
+  o.sub_group_sizes = dscpp::uniform_sub_groups(numel, sub_group);
   o.kinds = kinds;
   o.buffer_count = buffer_count;
   o.aio = aio;
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   o.initial_values = [](int, const std::vector<torch::Tensor>& slices) {
     for (const auto& s : slices) s.fill_(1.0f);
   };
-  const double moved = static_cast<double>(o.numel) * 4 * kinds;
+  const double moved = static_cast<double>(numel) * 4 * kinds;
 
   const auto [raw_write_s, raw_read_s] = raw_direct(dir, bytes, aio.block_size);
   auto start = Clock::now();

@@ -23,7 +23,6 @@ void check_supported(const Config& config) {
   if (offload.device != OffloadDevice::kNone && offload.ratio != 1.0) {
     reject("zero_optimization.offload_optimizer.ratio", "a value other than 1 (partial offload)");
   }
-  if (config.zero.offload_param.device != OffloadDevice::kNone) reject("zero_optimization.offload_param.device", "offload");
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
   if (config.tensorboard.enabled) reject("tensorboard.enabled", "the TensorBoard monitor");
   if (config.csv_monitor.enabled) reject("csv_monitor.enabled", "the CSV monitor");
@@ -83,8 +82,7 @@ std::unique_ptr<StateStore> make_optimizer_store(const Config& config, ZeroStage
   o.nvme_path = offload.nvme_path;
   o.config_key = "zero_optimization.offload_optimizer.nvme_path";
   o.rank = rank;
-  o.numel = master.numel();
-  o.sub_group_size = config.zero.sub_group_size;
+  o.sub_group_sizes = uniform_sub_groups(master.numel(), config.zero.sub_group_size);
   o.kinds = 1 + static_cast<int>(optimizer.state_kinds().size());
   o.buffer_count = offload.buffer_count;
   o.pin_memory = offload.pin_memory;
@@ -96,6 +94,33 @@ std::unique_ptr<StateStore> make_optimizer_store(const Config& config, ZeroStage
   auto store = make_nvme_store(o);
   stage.release_master();
   return store;
+}
+
+void set_param_offload(const Config& config, int rank, StageContext& context) {
+  const auto& param = config.zero.offload_param;
+  if (param.device == OffloadDevice::kNone) return;
+  context.offload_param = true;
+  context.param_pin_memory = param.pin_memory;
+  if (param.device != OffloadDevice::kNvme) return;
+  NvmeStoreOptions o;
+  o.nvme_path = param.nvme_path;
+  o.config_key = "zero_optimization.offload_param.nvme_path";
+  o.role = "param";
+  o.rank = rank;
+  o.buffer_count = param.buffer_count;
+  o.pin_memory = param.pin_memory;
+  o.aio = config.aio;
+  o.read_ahead = false;  // ZeRO-3 says which shards come next (StateStore::prefetch)
+  context.make_param_store = [o](const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial) mutable {
+    o.sub_group_sizes = shard_sizes;
+    o.dtype = initial.scalar_type();
+    std::vector<int64_t> begins{0};
+    for (int64_t n : shard_sizes) begins.push_back(begins.back() + n);
+    o.initial_values = [&](int i, const std::vector<torch::Tensor>& slices) {
+      slices[0].copy_(initial.narrow(0, begins[static_cast<size_t>(i)], slices[0].numel()));
+    };
+    return make_nvme_store(o);
+  };
 }
 
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context) {

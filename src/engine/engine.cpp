@@ -138,6 +138,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   const bool offload_optimizer = config_.zero.offload_optimizer.device != OffloadDevice::kNone;
   context.offload_optimizer = offload_optimizer;
   context.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  set_param_offload(config_, comm_->rank(), context);
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
@@ -175,6 +176,12 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
        std::to_string(comm_->world_size()) + " (" + comm_->backend() + "), " + to_string(config_.compute_dtype()) +
        ": " + describe(memory()));
+  if (const auto& param = config_.zero.offload_param; param.device != OffloadDevice::kNone) {
+    log_(param.device == OffloadDevice::kCpu
+             ? std::string("[deepspeed.cpp] offload_param cpu: the 16-bit parameter partition in host memory")
+             : "[deepspeed.cpp] offload_param nvme: the 16-bit parameter partition swapped to " + param.nvme_path +
+                   ", each group's shard read ahead of its gather");
+  }
   if (offload_) {
     log_(std::string("[deepspeed.cpp] offload_optimizer ") +
          (nvme ? "nvme: fp32 master and optimizer state swapped to " + config_.zero.offload_optimizer.nvme_path + ", "

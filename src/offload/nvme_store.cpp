@@ -14,7 +14,7 @@
 #include <stdexcept>
 #include <system_error>
 
-#include "dscpp/zero/host_memory.h"
+#include "dscpp/offload/host_memory.h"
 
 namespace dscpp {
 namespace {
@@ -35,17 +35,18 @@ std::string gib(int64_t bytes) {
 class NvmeStoreImpl final : public StateStore {
  public:
   explicit NvmeStoreImpl(const NvmeStoreOptions& o)
-      : StateStore(o.numel, o.sub_group_size), options_(o), io_(o.aio, o.backend) {
-    slot_bytes_ = round_up(static_cast<int64_t>(o.kinds) * std::min(o.sub_group_size, std::max<int64_t>(o.numel, 1)) *
-                           static_cast<int64_t>(sizeof(float)));
+      : StateStore(o.sub_group_sizes), options_(o), io_(o.aio, o.backend) {
+    element_ = static_cast<int64_t>(c10::elementSize(o.dtype));
+    slot_bytes_ = round_up(static_cast<int64_t>(o.kinds) * std::max<int64_t>(largest_sub_group(), 1) * element_);
     open_file();
     const int count = std::max(1, std::min(o.buffer_count, std::max(1, sub_groups())));
     for (int b = 0; b < count; ++b) {
       // Over-allocated by one alignment unit so the O_DIRECT buffer can start on a 4 KiB boundary.
-      auto storage = torch::empty({(slot_bytes_ + static_cast<int64_t>(kIoAlignment)) / 4}, host_options(o.pin_memory));
+      auto storage = torch::empty({slot_bytes_ + static_cast<int64_t>(kIoAlignment)},
+                                  host_options(o.pin_memory).dtype(torch::kByte));
       const auto address = reinterpret_cast<uintptr_t>(storage.data_ptr());
-      const auto shift = static_cast<int64_t>((kIoAlignment - address % kIoAlignment) % kIoAlignment) / 4;
-      buffers_.push_back({storage, storage.narrow(0, shift, slot_bytes_ / 4)});
+      const auto shift = static_cast<int64_t>((kIoAlignment - address % kIoAlignment) % kIoAlignment);
+      buffers_.push_back({storage, storage.narrow(0, shift, slot_bytes_)});
     }
     write_initial_values();
   }
@@ -68,7 +69,7 @@ class NvmeStoreImpl final : public StateStore {
       io_.wait(b.ticket);  // its bytes are this sub-group's latest: use them, no read
     }
     b.state = State::kHeld;
-    prefetch(i + 1);
+    if (options_.read_ahead) prefetch(i + 1);
     return views(b, i);
   }
 
@@ -112,7 +113,7 @@ class NvmeStoreImpl final : public StateStore {
     }
     static std::atomic<int> serial{0};
     path_ = (fs::path(dir) / ("dscpp-" + std::to_string(::getpid()) + "-" + std::to_string(serial++) + "-rank" +
-                              std::to_string(options_.rank) + "-optimizer.swap"))
+                              std::to_string(options_.rank) + "-" + options_.role + ".swap"))
                 .string();
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
     if (fd_ < 0 && errno == EINVAL) {
@@ -134,7 +135,7 @@ class NvmeStoreImpl final : public StateStore {
       ::close(fd_);
       fd_ = -1;
       throw std::runtime_error(options_.config_key + " \"" + dir + "\": cannot reserve " + gib(needed) +
-                               " for rank " + std::to_string(options_.rank) + "'s optimizer state (" +
+                               " for rank " + std::to_string(options_.rank) + "'s " + options_.role + " state (" +
                                std::strerror(rc) + (free_bytes >= 0 ? "; " + gib(free_bytes) + " free" : "") +
                                "): free space there, point nvme_path at a larger disk, or use more ranks");
     }
@@ -143,13 +144,13 @@ class NvmeStoreImpl final : public StateStore {
   // Sub-group i's slot in the file, and the bytes moved for it (its kinds back to back, rounded up to a block).
   off_t offset_of(int i) const { return static_cast<off_t>(i) * slot_bytes_; }
   int64_t transfer_bytes(int i) const {
-    return round_up(static_cast<int64_t>(options_.kinds) * sub_group_numel(i) * static_cast<int64_t>(sizeof(float)));
+    return round_up(static_cast<int64_t>(options_.kinds) * sub_group_numel(i) * element_);
   }
 
   std::vector<torch::Tensor> views(Buffer& b, int i) {
     std::vector<torch::Tensor> out;
     const int64_t n = sub_group_numel(i);
-    for (int k = 0; k < options_.kinds; ++k) out.push_back(b.data.narrow(0, k * n, n));
+    for (int k = 0; k < options_.kinds; ++k) out.push_back(b.data.narrow(0, k * n * element_, n * element_).view(options_.dtype));
     return out;
   }
 
@@ -181,8 +182,8 @@ class NvmeStoreImpl final : public StateStore {
     return b;
   }
 
-  void prefetch(int i) {
-    if (i >= sub_groups()) return;
+  void prefetch(int i) override {
+    if (i < 0 || i >= sub_groups()) return;
     for (auto& b : buffers_) {
       if (b.sub_group == i && b.state != State::kEmpty) return;  // already here or on its way
     }
@@ -238,7 +239,8 @@ class NvmeStoreImpl final : public StateStore {
   AsyncIo io_;
   std::string path_;
   int fd_ = -1;
-  int64_t slot_bytes_ = 0;
+  int64_t element_ = 4;      // bytes per element
+  int64_t slot_bytes_ = 0;   // a sub-group's place in the file and in a buffer: the largest, block aligned
   std::vector<Buffer> buffers_;
 };
 

@@ -1,6 +1,7 @@
 // StateStore: sub-group arithmetic, and the store that keeps everything resident.
 #include "dscpp/offload/state_store.h"
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -8,29 +9,41 @@
 
 namespace dscpp {
 
-StateStore::StateStore(int64_t numel, int64_t sub_group_size) : numel_(numel), sub_group_size_(sub_group_size) {
+std::vector<int64_t> uniform_sub_groups(int64_t numel, int64_t sub_group_size) {
   if (numel < 0 || sub_group_size < 1) {
     throw std::invalid_argument("StateStore: numel " + std::to_string(numel) + " and sub_group_size " +
                                 std::to_string(sub_group_size) + " must be >= 0 and >= 1");
   }
-  sub_groups_ = static_cast<int>((numel + sub_group_size - 1) / sub_group_size);
+  std::vector<int64_t> sizes;
+  for (int64_t at = 0; at < numel; at += sub_group_size) sizes.push_back(std::min(sub_group_size, numel - at));
+  return sizes;
+}
+
+StateStore::StateStore(std::vector<int64_t> sub_group_sizes) : begins_{0} {
+  for (int64_t n : sub_group_sizes) {
+    if (n < 0) throw std::invalid_argument("StateStore: a sub-group of " + std::to_string(n) + " elements");
+    begins_.push_back(begins_.back() + n);
+    largest_ = std::max(largest_, n);
+  }
 }
 
 int64_t StateStore::sub_group_numel(int i) const {
-  if (i < 0 || i >= sub_groups_) {
-    throw std::out_of_range("StateStore: sub-group " + std::to_string(i) + " of " + std::to_string(sub_groups_));
+  if (i < 0 || i >= sub_groups()) {
+    throw std::out_of_range("StateStore: sub-group " + std::to_string(i) + " of " + std::to_string(sub_groups()));
   }
-  return std::min(sub_group_size_, numel_ - sub_group_begin(i));
+  return begins_[static_cast<size_t>(i) + 1] - begins_[static_cast<size_t>(i)];
 }
 
 std::vector<StateStore::Piece> StateStore::pieces(int64_t offset, int64_t n) const {
-  if (offset < 0 || n < 0 || offset + n > numel_) {
+  if (offset < 0 || n < 0 || offset + n > numel()) {
     throw std::out_of_range("StateStore: elements [" + std::to_string(offset) + ", " + std::to_string(offset + n) +
-                            ") of " + std::to_string(numel_));
+                            ") of " + std::to_string(numel()));
   }
   std::vector<Piece> out;
   for (int64_t at = 0; at < n;) {
-    const int i = static_cast<int>((offset + at) / sub_group_size_);
+    // The sub-group holding element offset + at: the last begin at or before it (skipping empty sub-groups).
+    const int i = static_cast<int>(std::upper_bound(begins_.begin(), begins_.end() - 1, offset + at) -
+                                   begins_.begin()) - 1;
     const int64_t within = offset + at - sub_group_begin(i);
     const int64_t count = std::min(n - at, sub_group_numel(i) - within);
     out.push_back({i, within, count, at});
@@ -67,7 +80,7 @@ namespace {
 class ResidentStore final : public StateStore {
  public:
   ResidentStore(torch::Tensor master, std::vector<torch::Tensor> state, int64_t sub_group_size)
-      : StateStore(master.numel(), sub_group_size), tensors_{std::move(master)} {
+      : StateStore(uniform_sub_groups(master.numel(), sub_group_size)), tensors_{std::move(master)} {
     for (auto& t : state) {
       if (t.numel() != numel()) {
         throw std::invalid_argument("make_resident_store: a state tensor has " + std::to_string(t.numel()) +

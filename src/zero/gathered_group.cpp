@@ -9,7 +9,12 @@
 namespace dscpp {
 
 GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial)
-    : name_(std::move(name)), buffer_(std::move(buffer)), shard_(std::move(shard)), numel_(buffer_.numel()) {
+    : name_(std::move(name)),
+      buffer_(std::move(buffer)),
+      shard_(std::move(shard)),
+      numel_(buffer_.numel()),
+      shard_numel_(shard_.numel()),
+      element_size_(static_cast<int64_t>(buffer_.element_size())) {
   if (shard_.numel() == 0 || numel_ % shard_.numel() != 0) {
     throw std::invalid_argument("GatheredGroup '" + name_ + "': buffer of " + std::to_string(numel_) +
                                 " elements is not a whole number of shards of " + std::to_string(shard_.numel()));
@@ -23,10 +28,27 @@ GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tens
 void GatheredGroup::start_gather(Comm& comm) {
   if (state_ != State::kSharded) return;
   allocate_returnable(buffer_, static_cast<size_t>(bytes()));
+  if (store_ != nullptr) {
+    // A copy, so the store's buffer is free again at once (stage 3 may have several gathers running).
+    gather_input_ = store_->acquire(store_index_).front().to(buffer_.device(), /*non_blocking=*/false, /*copy=*/true);
+    store_->release(store_index_, /*modified=*/false);
+  } else {
+    gather_input_ = shard_.device() == buffer_.device() ? shard_ : shard_.to(buffer_.device());
+  }
   // The collective writes the storage directly; the parameters keep their own version counters (set_data does not
   // share them), so autograd's saved parameters stay valid across a release and re-gather.
-  gather_ = comm.all_gather(buffer_, shard_);
+  gather_ = comm.all_gather(buffer_, gather_input_);
   state_ = State::kGathering;
+}
+
+void GatheredGroup::keep_shard_in(StateStore* store, int index) {
+  if (store->sub_group_numel(index) != shard_numel_) {
+    throw std::invalid_argument("GatheredGroup '" + name_ + "': the store's sub-group " + std::to_string(index) +
+                                " is not this group's shard");
+  }
+  store_ = store;
+  store_index_ = index;
+  shard_ = torch::Tensor();
 }
 
 void GatheredGroup::wait_gathered(Comm& comm) {
@@ -34,6 +56,7 @@ void GatheredGroup::wait_gathered(Comm& comm) {
   if (state_ != State::kGathering) return;
   gather_.wait();  // throws (and stays failed) if the collective failed; the state stays kGathering then
   gather_ = Handle();
+  gather_input_ = torch::Tensor();
   state_ = State::kGathered;
 }
 
@@ -42,6 +65,7 @@ void GatheredGroup::release() {
   if (state_ == State::kGathering) {
     gather_.wait();
     gather_ = Handle();
+    gather_input_ = torch::Tensor();
   }
   compat::release_storage(buffer_);
   state_ = State::kSharded;

@@ -2,7 +2,7 @@
 #include "dscpp/zero/sharded_master.h"
 
 #include "dscpp/zero/grad_norm.h"
-#include "dscpp/zero/host_memory.h"
+#include "dscpp/offload/host_memory.h"
 #include "dscpp/zero/in_flight.h"
 
 #include <stdexcept>

@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "dscpp/compat/torch_compat.h"
+#include "dscpp/offload/host_memory.h"
 #include "dscpp/zero/gather_order.h"
 #include "dscpp/zero/gathered_group.h"
 #include "dscpp/zero/in_flight.h"
@@ -68,12 +69,17 @@ class Stage3 final : public ZeroStage {
                                            std::numeric_limits<int64_t>::max());
     match_prepartitioned(model.prepartitioned);
     const auto& front = params_.front();
-    partition_ = torch::empty({layout_->partition_numel()}, front.options().requires_grad(false));
+    dtype_ = front.scalar_type();
+    device_ = front.device();
+    const auto partition_options = ctx_.offload_param ? host_options(ctx_.param_pin_memory).dtype(front.scalar_type())
+                                                      : front.options().requires_grad(false);
+    partition_ = torch::empty({layout_->partition_numel()}, partition_options);
     build_groups(model.prepartitioned);
     // The model's own parameter storage and any prepartitioned shards are gone, leaving holes in the heap.
     model.prepartitioned.clear();
     trim_heap();
     master_ = std::make_unique<ShardedMaster>(ctx_, *layout_, partition_);
+    if (ctx_.make_param_store) move_partition_to_store();
     check_ = std::make_unique<OrderCheck>(ctx_.comm, [this](int64_t g) { return group_name(g); });
     in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
     const size_t n_groups = groups_.size();
@@ -158,13 +164,18 @@ class Stage3 final : public ZeroStage {
   // when the next forward needs them.
   void publish_params() override {
     torch::NoGradGuard no_grad;
-    if (!master_->params().is_same(partition_)) partition_.copy_(master_->params());
+    if (param_store_) {
+      param_store_->write({{0, 0, master_->params()}});
+    } else if (!master_->params().is_same(partition_)) {
+      partition_.copy_(master_->params());
+    }
     regather_persistent();
   }
 
   // Offloaded: each sub-group's values go straight into the shard (nothing to gather until the next forward).
   void publish_range(int64_t begin, const torch::Tensor& values) override {
     torch::NoGradGuard no_grad;
+    if (param_store_) return param_store_->write({{0, begin, values}});
     auto target = partition_.narrow(0, begin, values.numel());
     if (target.data_ptr() != values.data_ptr()) target.copy_(values);
   }
@@ -185,7 +196,7 @@ class Stage3 final : public ZeroStage {
   StageMemory memory() const override {
     StageMemory m;
     m.persistent = persistent_group_ >= 0 ? groups_[persistent_group_].bytes() : 0;
-    m.params16 = partition_.nbytes() + live_bytes(/*persistent_too=*/true);
+    m.params16 = (partition_.defined() ? partition_.nbytes() : 0) + live_bytes(/*persistent_too=*/true);
     m.grads16 = master_->shard_bytes();
     m.master = master_->params().is_same(partition_) ? 0 : master_->master_bytes();
     int64_t largest = 0;
@@ -199,6 +210,18 @@ class Stage3 final : public ZeroStage {
   StageTimers timers() const override { return timers_; }
 
  private:
+  torch::TensorOptions device_options() const { return torch::TensorOptions().dtype(dtype_).device(device_); }
+
+  // offload_param nvme: every group's shard into the store (its sub-group g), then the partition in memory goes
+  // (the master keeps it only where it is the master itself: fp32 without offload_optimizer).
+  void move_partition_to_store() {
+    std::vector<int64_t> sizes;
+    for (const auto& g : layout_->groups()) sizes.push_back(g.shard_numel);
+    param_store_ = ctx_.make_param_store(sizes, partition_);
+    for (size_t g = 0; g < groups_.size(); ++g) groups_[g].keep_shard_in(param_store_.get(), static_cast<int>(g));
+    partition_ = torch::Tensor();
+  }
+
   void regather_persistent() {
     if (persistent_group_ < 0) return;
     auto& g = groups_[persistent_group_];
@@ -285,7 +308,7 @@ class Stage3 final : public ZeroStage {
         group_numel_.push_back(group.numel);
         continue;
       }
-      auto buffer = returnable_zeros(group.numel, partition_.options());
+      auto buffer = returnable_zeros(group.numel, device_options());
       for (int i = group.param_begin; i < group.param_end; ++i) {
         const auto& slot = layout_->slots()[i];
         buffer.narrow(0, slot.offset - group.offset, slot.numel).copy_(params_[i].detach().reshape(-1));
@@ -322,13 +345,18 @@ class Stage3 final : public ZeroStage {
     torch::NoGradGuard no_grad;
     const auto& slot = layout_->slots()[i];
     const auto& group = layout_->groups()[slot.group];
-    auto value = torch::zeros({slot.numel}, partition_.options());
+    auto value = torch::zeros({slot.numel}, device_options());
     const int64_t begin = slot.offset - group.offset, end = begin + slot.numel;  // within the group
     const int64_t shard_begin = ctx_.comm->rank() * group.shard_numel, shard_end = shard_begin + group.shard_numel;
     const int64_t lo = std::max(begin, shard_begin), hi = std::min(end, shard_end);
     if (lo < hi) {
-      value.narrow(0, lo - begin, hi - lo)
-          .copy_(partition_.narrow(0, group.partition_offset + (lo - shard_begin), hi - lo));
+      auto mine = value.narrow(0, lo - begin, hi - lo);
+      const int64_t at = group.partition_offset + (lo - shard_begin);
+      if (param_store_) {
+        param_store_->read(0, at, mine);
+      } else {
+        mine.copy_(partition_.narrow(0, at, hi - lo));
+      }
     }
     auto bytes = value.view(torch::kByte);
     ctx_.comm->all_reduce(bytes, ReduceOp::kSum).wait();
@@ -387,6 +415,19 @@ class Stage3 final : public ZeroStage {
     if (order_.replaying()) prefetch();
   }
 
+  // offload_param nvme: start reading the shards of the next kParamReadAhead groups after those being gathered, so
+  // each gather finds its shard in memory. With offload_param.buffer_count's default of 5 that leaves buffers for
+  // the gather reading now and for write-backs.
+  static constexpr int kParamReadAhead = 2;
+  void read_ahead() {
+    int hinted = 0;
+    for (int g : order_.upcoming()) {
+      if (persistent(g) || groups_[g].state() != GatheredGroup::State::kSharded) continue;
+      if (hinted++ == kParamReadAhead) break;
+      param_store_->prefetch(g);
+    }
+  }
+
   // Issues gathers for the next recorded demands, nearest first, while they fit in stage3_prefetch_bucket_size
   // (counting those already in flight) and stage3_max_live_parameters (counting everything gathered).
   void prefetch() {
@@ -406,6 +447,7 @@ class Stage3 final : public ZeroStage {
       ahead += group.numel();
       live += group.numel();
     }
+    if (param_store_) read_ahead();
   }
 
   // After a unit's forward: keep its group gathered only if the record says it is needed again within
@@ -425,7 +467,7 @@ class Stage3 final : public ZeroStage {
 
   torch::Tensor& bucket(int g) {
     auto it = buckets_.find(g);
-    if (it == buckets_.end()) it = buckets_.emplace(g, returnable_zeros(group_numel_[g], partition_.options())).first;
+    if (it == buckets_.end()) it = buckets_.emplace(g, returnable_zeros(group_numel_[g], device_options())).first;
     return it->second;
   }
 
@@ -468,7 +510,10 @@ class Stage3 final : public ZeroStage {
   std::vector<int> prepartitioned_of_kind_;  // per kind: index into PartitionedModel::prepartitioned, or -1
   std::vector<std::pair<std::string, const torch::nn::Module*>> units_;
   std::unique_ptr<FlatLayout> layout_;
-  torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group
+  torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group; none on NVMe
+  std::unique_ptr<StateStore> param_store_;  // offload_param nvme: the partition, one sub-group per group shard
+  torch::ScalarType dtype_;  // the compute dtype, and where the model computes
+  torch::Device device_ = torch::kCPU;
   std::vector<GatheredGroup> groups_;
   std::vector<int64_t> group_numel_;
   std::unordered_map<const torch::nn::Module*, std::pair<int, std::string>> unit_group_;

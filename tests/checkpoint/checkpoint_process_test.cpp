@@ -28,9 +28,11 @@ struct Shape {
   bool bf16 = false;
   int grad_accum = 1;
   std::string offload = "";  // offload_optimizer.device ("" = none), stepping in sub-groups of 7,001
+  bool offload_params = false;  // stage 3: offload_param.device as `offload`
   std::string name() const {
     return "w" + std::to_string(world) + "s" + std::to_string(stage) + (bf16 ? "bf16" : "fp32") + "gas" +
-           std::to_string(grad_accum) + (offload.empty() ? "" : "offload" + offload);
+           std::to_string(grad_accum) + (offload.empty() ? "" : "offload" + offload) +
+           (offload_params ? "params" : "");
   }
 };
 
@@ -44,6 +46,7 @@ std::string write_config(const fs::path& dir, const Shape& shape, const std::str
   }
   if (!shape.offload.empty()) {
     zero["offload_optimizer"] = {{"device", shape.offload}, {"nvme_path", dir.string()}};
+    if (shape.offload_params) zero["offload_param"] = {{"device", shape.offload}, {"nvme_path", dir.string()}};
     zero["sub_group_size"] = 7'001;
   }
   nlohmann::json opt = optimizer == "SGD"
@@ -136,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(EveryStage, ExactResume,
                                            // Offloaded optimizer state is saved and restored like any other.
                                            Shape{2, 1, false, 1, "cpu"}, Shape{2, 3, false, 2, "cpu"},
                                            Shape{1, 2, true, 1, "cpu"}, Shape{2, 3, false, 1, "nvme"},
-                                           Shape{1, 1, true, 1, "nvme"}),
+                                           Shape{1, 1, true, 1, "nvme"}, Shape{2, 3, true, 1, "nvme", true}),
                          [](const auto& info) { return info.param.name(); });
 
 // ---- Resharding: written by N ranks at stage s, loaded by M ranks at stage t. ----

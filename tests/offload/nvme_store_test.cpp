@@ -77,8 +77,7 @@ NvmeStoreOptions store_options(const fs::path& dir, int buffer_count) {
   NvmeStoreOptions o;
   o.nvme_path = dir.string();
   o.config_key = "zero_optimization.offload_optimizer.nvme_path";
-  o.numel = 100'003;
-  o.sub_group_size = 30'000;  // four sub-groups, the last 10,003 elements
+  o.sub_group_sizes = uniform_sub_groups(100'003, 30'000);  // four sub-groups, the last 10,003 elements
   o.kinds = 3;
   o.buffer_count = buffer_count;
   o.aio.block_size = 64 * 1024;  // several blocks per sub-group
@@ -134,6 +133,43 @@ TEST_P(NvmeStoreBuffers, SubGroupsHoldWhatWasLastWritten) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BufferCount, NvmeStoreBuffers, ::testing::Values(1, 2, 4));
+
+// ZeRO-3's parameter store: one sub-group per group shard (uneven sizes, an empty one), 16-bit elements, no
+// automatic read-ahead but explicit prefetches in a non-sequential order, with fewer buffers than sub-groups.
+TEST(NvmeStore, UnevenBf16SubGroupsInAnyOrderWithExplicitPrefetch) {
+  const auto dir = temp_dir("nvme_params");
+  NvmeStoreOptions o;
+  o.nvme_path = dir.string();
+  o.config_key = "zero_optimization.offload_param.nvme_path";
+  o.role = "param";
+  o.sub_group_sizes = {5'000, 0, 17, 70'001, 2'048};
+  o.dtype = torch::kBFloat16;
+  o.buffer_count = 2;
+  o.read_ahead = false;
+  o.initial_values = [](int i, const std::vector<torch::Tensor>& slices) { slices[0].fill_(i + 0.5); };
+  auto store = make_nvme_store(o);
+  ASSERT_EQ(store->sub_groups(), 5);
+  EXPECT_EQ(store->numel(), 5'000 + 17 + 70'001 + 2'048);
+  for (int round = 1; round <= 2; ++round) {
+    for (int i : {3, 0, 4, 2, 1}) {
+      store->prefetch((i + 2) % 5);
+      auto slice = store->acquire(i).front();
+      ASSERT_EQ(slice.scalar_type(), torch::kBFloat16);
+      ASSERT_EQ(slice.numel(), o.sub_group_sizes[i]);
+      if (slice.numel() > 0) {
+        EXPECT_EQ(slice[0].item<float>(), i + 0.5f + 10.0f * (round - 1)) << "sub-group " << i << " round " << round;
+      }
+      slice.add_(10.0);
+      store->release(i);
+    }
+    store->flush();
+  }
+  auto all = torch::empty({store->numel()}, torch::kBFloat16);
+  store->read(0, 0, all);
+  EXPECT_EQ(all[0].item<float>(), 20.5f);
+  EXPECT_EQ(all[5'000].item<float>(), 22.5f);          // sub-group 2 (sub-group 1 is empty)
+  EXPECT_EQ(all[store->numel() - 1].item<float>(), 24.5f);
+}
 
 TEST(NvmeStore, ANonDirectoryPathNamesTheKeyAndThePath) {
   const auto dir = temp_dir("nvme_bad_path");

@@ -32,6 +32,7 @@ struct ZeroRun {
   std::string extra_args = "";  // appended to the gpt-train command
   std::string offload = "";     // zero_optimization.offload_optimizer.device ("" = none)
   int64_t sub_group_size = 0;   // zero_optimization.sub_group_size (0 = DeepSpeed's default)
+  std::string offload_param = "";  // zero_optimization.offload_param.device ("" = none; stage 3)
   std::string name() const {
     std::string n = "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" +
                     std::to_string(grad_accum) + (bf16 ? "_bf16" : "_fp32");
@@ -39,6 +40,7 @@ struct ZeroRun {
       n += "_persist" + std::to_string(persistence) + (prefetch ? "" : "_noprefetch") + (keep ? "" : "_release");
     }
     if (!offload.empty()) n += "_offload_" + offload + "_sub" + std::to_string(sub_group_size);
+    if (!offload_param.empty()) n += "_params_" + offload_param;
     return n;
   }
 };
@@ -59,6 +61,9 @@ nlohmann::json zero_section(const ZeroRun& run, const std::filesystem::path& dir
     zero["offload_optimizer"] = {{"device", run.offload}, {"pin_memory", true}, {"nvme_path", dir.string()}};
   }
   if (run.sub_group_size > 0) zero["sub_group_size"] = run.sub_group_size;
+  if (!run.offload_param.empty()) {
+    zero["offload_param"] = {{"device", run.offload_param}, {"pin_memory", true}, {"nvme_path", dir.string()}};
+  }
   return zero;
 }
 
@@ -91,6 +96,10 @@ std::vector<nlohmann::json> train(const ZeroRun& run) {
   if (!run.offload.empty()) {
     EXPECT_NE(ranks[0].err.find("offload_optimizer " + run.offload + ":"), std::string::npos)
         << run.name() << ": the engine did not report the offloaded optimizer:\n" << ranks[0].err;
+  }
+  if (!run.offload_param.empty()) {
+    EXPECT_NE(ranks[0].err.find("offload_param " + run.offload_param + ":"), std::string::npos)
+        << run.name() << ": the engine did not report the offloaded parameters:\n" << ranks[0].err;
   }
   std::vector<nlohmann::json> rows;
   std::istringstream in(read_text(metrics));
@@ -173,10 +182,12 @@ INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(equivalenc
 // accumulation, and in bf16.
 std::vector<ZeroRun> offload_runs() {
   std::vector<ZeroRun> runs;
-  auto add = [&](int stage, int world, int gas, bool bf16, const std::string& device, int64_t sub_group) {
+  auto add = [&](int stage, int world, int gas, bool bf16, const std::string& device, int64_t sub_group,
+                 const std::string& params = "") {
     ZeroRun run{stage, world, gas, bf16};
     run.offload = device;
     run.sub_group_size = sub_group;
+    run.offload_param = params;
     runs.push_back(run);
   };
   for (int stage : {1, 2, 3})
@@ -188,6 +199,14 @@ std::vector<ZeroRun> offload_runs() {
   for (int stage : {1, 2, 3})
     for (int world : {1, 2}) add(stage, world, world == 1 ? 2 : 1, false, "nvme", 7'001);
   add(3, 2, 1, true, "nvme", 7'001);
+  // Stage 3's 16-bit partition in host memory or on disk too (ZeRO-Infinity's parameter offload), each block's
+  // shard read back for its gathers; with and without the optimizer offloaded.
+  add(3, 1, 2, false, "cpu", 7'001, "cpu");
+  add(3, 2, 1, false, "cpu", 7'001, "cpu");
+  add(3, 1, 2, false, "nvme", 7'001, "nvme");
+  add(3, 2, 1, false, "nvme", 7'001, "nvme");
+  add(3, 2, 2, false, "", 0, "nvme");
+  add(3, 2, 1, true, "nvme", 7'001, "nvme");
   return runs;
 }
 

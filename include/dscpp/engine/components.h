@@ -33,6 +33,10 @@ std::unique_ptr<ZeroStage> make_zero_stage(const ZeroConfig& zero, const StageCo
 std::unique_ptr<StateStore> make_optimizer_store(const Config& config, ZeroStage& stage, FlatOptimizer& optimizer,
                                                  int rank);
 
+// offload_param (stage 3): the 16-bit partition in host memory ("cpu") or in rank `rank`'s swap file under the
+// section's nvme_path ("nvme").
+void set_param_offload(const Config& config, int rank, StageContext& context);
+
 // DeepSpeed's gradient averaging: with prescale_gradients the gradients are divided by the world size before the
 // sum over ranks; otherwise by gradient_predivide_factor f before and multiplied by f / world_size after.
 void set_gradient_averaging(const Config& config, int world_size, StageContext& context);

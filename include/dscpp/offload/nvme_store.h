@@ -1,5 +1,6 @@
-// The optimizer state on NVMe (ZeRO-Infinity, offload_optimizer.device "nvme"): one O_DIRECT swap file per rank
-// under nvme_path holding, per sub-group, its master and every optimizer state kind back to back. buffer_count
+// State on NVMe (ZeRO-Infinity): one O_DIRECT swap file per rank under nvme_path. For the optimizer
+// (offload_optimizer.device "nvme") it holds, per sub-group, its master and every optimizer state kind back to
+// back; for ZeRO-3's parameters (offload_param.device "nvme") one sub-group per group shard. buffer_count
 // aligned host buffers (page-locked when pin_memory and a GPU exists) each hold one sub-group: while sub-group i
 // steps, i + 1 is read ahead into another and i - 1 is written back from a third, through AsyncIo.
 //
@@ -22,10 +23,12 @@ namespace dscpp {
 struct NvmeStoreOptions {
   std::string nvme_path;       // an existing, writable directory
   std::string config_key;      // how errors name it, e.g. "zero_optimization.offload_optimizer.nvme_path"
+  std::string role = "optimizer";  // names the file: dscpp-<pid>-<n>-rank<r>-<role>.swap
   int rank = 0;
-  int64_t numel = 0;           // elements per kind (the partition)
-  int64_t sub_group_size = 0;
+  std::vector<int64_t> sub_group_sizes;  // elements per kind in each sub-group (uniform_sub_groups for a partition)
   int kinds = 1;               // the master plus the optimizer's state kinds
+  torch::ScalarType dtype = torch::kFloat32;
+  bool read_ahead = true;      // acquire(i) starts reading i + 1 (the optimizer's sweep); else only prefetch() does
   int buffer_count = 4;
   bool pin_memory = false;
   AioConfig aio;

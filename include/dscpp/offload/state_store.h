@@ -12,19 +12,26 @@
 
 namespace dscpp {
 
+// Sub-groups of `sub_group_size` covering `numel` elements (the last one shorter).
+std::vector<int64_t> uniform_sub_groups(int64_t numel, int64_t sub_group_size);
+
 class StateStore {
  public:
-  // `numel` elements per kind, in sub-groups of `sub_group_size` (the last one shorter).
-  StateStore(int64_t numel, int64_t sub_group_size);
+  // Consecutive sub-groups of these sizes, the same for every kind.
+  explicit StateStore(std::vector<int64_t> sub_group_sizes);
   virtual ~StateStore() = default;
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
 
-  int64_t numel() const { return numel_; }
-  int sub_groups() const { return sub_groups_; }
-  int64_t sub_group_begin(int i) const { return i * sub_group_size_; }
+  int64_t numel() const { return begins_.back(); }
+  int sub_groups() const { return static_cast<int>(begins_.size()) - 1; }
+  int64_t sub_group_begin(int i) const { return begins_.at(static_cast<size_t>(i)); }
   int64_t sub_group_numel(int i) const;
-  int64_t largest_sub_group() const { return sub_groups_ > 0 ? sub_group_numel(0) : 0; }
+  int64_t largest_sub_group() const { return largest_; }
+
+  // A hint: sub-group i will be acquired soon (a swapping store starts reading it). Stores read i + 1 ahead on
+  // their own when acquiring i in order; an owner with another order (ZeRO-3's parameters) says which.
+  virtual void prefetch(int /*i*/) {}
 
   // Sub-group i's slices: the master first, then the optimizer's state in FlatOptimizer::state_kinds() order. They
   // stay valid until release(i). A step acquires 0, 1, ... in order and releases each before acquiring the next,
@@ -57,9 +64,8 @@ class StateStore {
   };
   std::vector<Piece> pieces(int64_t offset, int64_t n) const;
 
-  int64_t numel_;
-  int64_t sub_group_size_;
-  int sub_groups_;
+  std::vector<int64_t> begins_;  // sub-group i is [begins_[i], begins_[i + 1])
+  int64_t largest_ = 0;
 };
 
 // The state in memory: the stage's master partition and the optimizer's own state tensors (offload to the CPU puts

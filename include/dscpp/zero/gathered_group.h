@@ -2,6 +2,8 @@
 // This rank keeps only its shard (a slice of the stage's 16-bit partition). While the group is in use its whole
 // flat buffer exists and the module's parameters are views into it; released, the buffer's memory is given back
 // (returnable_memory.h) while those views stay in place (see compat::release_storage), so nothing is re-pointed.
+// With offload_param the shard is in host memory (copied to the buffer's device for the gather) or on NVMe (read for
+// each gather).
 //
 // States: kSharded → (start_gather) → kGathering → (wait_gathered) → kGathered → (release) → kSharded. Every
 // transition is idempotent: gathering a gathered group or releasing a sharded one does nothing.
@@ -13,6 +15,7 @@
 #include <string>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/offload/state_store.h"
 
 namespace dscpp {
 
@@ -28,7 +31,7 @@ class GatheredGroup {
   const std::string& name() const { return name_; }
   State state() const { return state_; }
   int64_t numel() const { return numel_; }
-  int64_t bytes() const { return numel_ * static_cast<int64_t>(shard_.element_size()); }
+  int64_t bytes() const { return numel_ * element_size_; }
   // Bytes this group's buffer holds right now: bytes() unless sharded.
   int64_t live_bytes() const { return state_ == State::kSharded ? 0 : bytes(); }
 
@@ -39,16 +42,24 @@ class GatheredGroup {
   // → kSharded: waits for a gather still in flight (every rank issued it), then frees the buffer's memory.
   void release();
 
+  // offload_param nvme: the shard lives in `store` (its sub-group `index`), read from there for each gather; this
+  // object's own shard is dropped.
+  void keep_shard_in(StateStore* store, int index);
+
   const torch::Tensor& buffer() const { return buffer_; }
-  const torch::Tensor& shard() const { return shard_; }
 
  private:
   std::string name_;
   torch::Tensor buffer_;
   torch::Tensor shard_;
   int64_t numel_;
+  int64_t shard_numel_;
+  int64_t element_size_;
   State state_ = State::kGathered;
   Handle gather_;
+  torch::Tensor gather_input_;  // what the running gather reads: the shard, or its copy on the buffer's device
+  StateStore* store_ = nullptr;
+  int store_index_ = -1;
 };
 
 }  // namespace dscpp

@@ -18,6 +18,7 @@
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
+#include "dscpp/offload/state_store.h"
 #include "dscpp/zero/flat_params.h"
 #include "dscpp/zero/partition_unit.h"
 
@@ -116,6 +117,14 @@ struct StageContext {
   // page-locked when `pin_memory` and a GPU exists; each bucket's reduced gradient is moved there as it arrives.
   bool offload_optimizer = false;
   bool pin_memory = false;
+  // offload_param (stage 3): the 16-bit partition lives in host memory (page-locked when param_pin_memory and a GPU
+  // exists), copied to the device for each gather. With make_param_store (NVMe) it lives in the store that makes
+  // from the group shards' sizes and the partition's initial values, read for each gather, and the partition in
+  // memory is released.
+  bool offload_param = false;
+  bool param_pin_memory = false;
+  std::function<std::unique_ptr<StateStore>(const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial)>
+      make_param_store;
 };
 
 // Collectives a stage keeps running at once: each holds a bucket (and, with the Gloo fallback, a copy of it).

@@ -1,5 +1,5 @@
 // Host memory for offloaded model states.
-#include "dscpp/zero/host_memory.h"
+#include "dscpp/offload/host_memory.h"
 
 #include <torch/cuda.h>
 

@@ -55,6 +55,12 @@ struct Args {
   bool bf16 = false, fp16 = false;
 };
 
+// Cumulative NVMe swap counters (zero without offload to nvme).
+nlohmann::json swap_json(const dscpp::StateStore::SwapStats& s) {
+  return {{"file_bytes", s.file_bytes}, {"read_bytes", s.read_bytes}, {"written_bytes", s.written_bytes},
+          {"wait_s", s.wait_s}};
+}
+
 void add_flags(CLI::App& app, Args& a) {
   app.add_option("--deepspeed_config", a.deepspeed_config, "DeepSpeed JSON config (default: an embedded AdamW config)");
   app.add_option("--model", a.model, "preset: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
@@ -235,7 +241,9 @@ int run(const Args& a) {
                       {"tokens_per_s", tokens_per_s}, {"world_size", world},
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
-                      {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s}});
+                      {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
+                      {"param_swap", swap_json(timers.param_swap)},
+                      {"optimizer_swap", swap_json(engine->optimizer_swap())}});
     }
     const int64_t done = engine->global_steps();
     if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {

@@ -138,6 +138,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   const bool offload_optimizer = config_.zero.offload_optimizer.device != OffloadDevice::kNone;
   context.offload_optimizer = offload_optimizer;
   context.pin_memory = config_.zero.offload_optimizer.pin_memory;
+  context.master_in_store = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
   set_param_offload(config_, comm_->rank(), context);
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {

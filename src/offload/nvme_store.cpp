@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -61,12 +62,12 @@ class NvmeStoreImpl final : public StateStore {
     if (fd_ >= 0) ::close(fd_);
   }
 
+  SwapStats stats() const override { return stats_; }
+
   std::vector<torch::Tensor> acquire(int i) override {
     Buffer& b = buffer_for(i);
-    if (b.state == State::kReading) {
-      io_.wait(b.ticket);
-    } else if (b.state == State::kWriting) {
-      io_.wait(b.ticket);  // its bytes are this sub-group's latest: use them, no read
+    if (b.state == State::kReading || b.state == State::kWriting) {
+      wait(b.ticket);  // writing: its bytes are this sub-group's latest, so they are used as they are, no read
     }
     b.state = State::kHeld;
     if (options_.read_ahead) prefetch(i + 1);
@@ -80,13 +81,14 @@ class NvmeStoreImpl final : public StateStore {
       return;
     }
     b.ticket = io_.write(fd_, b.data.data_ptr(), static_cast<size_t>(transfer_bytes(i)), offset_of(i), path_);
+    stats_.written_bytes += transfer_bytes(i);
     b.state = State::kWriting;
   }
 
   void flush() override {
     for (auto& b : buffers_) {
       if (b.state == State::kWriting) {
-        io_.wait(b.ticket);
+        wait(b.ticket);
         b.state = State::kClean;
       }
     }
@@ -131,6 +133,7 @@ class NvmeStoreImpl final : public StateStore {
     const int64_t free_bytes =
         ::statvfs(dir.c_str(), &vfs) == 0 ? static_cast<int64_t>(vfs.f_bavail) * static_cast<int64_t>(vfs.f_frsize) : -1;
     const int rc = sub_groups() == 0 ? 0 : ::posix_fallocate(fd_, 0, needed);
+    stats_.file_bytes = needed;
     if (rc != 0) {
       ::close(fd_);
       fd_ = -1;
@@ -164,9 +167,15 @@ class NvmeStoreImpl final : public StateStore {
   // Waits for whatever a buffer is doing and leaves it a clean copy (or empty).
   void settle(Buffer& b) {
     if (b.state == State::kReading || b.state == State::kWriting) {
-      io_.wait(b.ticket);
+      wait(b.ticket);
       b.state = State::kClean;
     }
+  }
+
+  void wait(AsyncIo::Ticket ticket) {
+    const auto start = std::chrono::steady_clock::now();
+    io_.wait(ticket);
+    stats_.wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
 
   // The buffer holding sub-group i (read ahead, being written, or still clean), else a free one reading it now.
@@ -207,6 +216,7 @@ class NvmeStoreImpl final : public StateStore {
   void start_read(Buffer& b, int i) {
     b.sub_group = i;
     b.ticket = io_.read(fd_, b.data.data_ptr(), static_cast<size_t>(transfer_bytes(i)), offset_of(i), path_);
+    stats_.read_bytes += transfer_bytes(i);
     b.state = State::kReading;
   }
 
@@ -242,6 +252,7 @@ class NvmeStoreImpl final : public StateStore {
   int64_t element_ = 4;      // bytes per element
   int64_t slot_bytes_ = 0;   // a sub-group's place in the file and in a buffer: the largest, block aligned
   std::vector<Buffer> buffers_;
+  SwapStats stats_;
 };
 
 }  // namespace

@@ -18,9 +18,8 @@ ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layo
   }
   if (ctx_.offload_optimizer) {
     const auto host = host_options(ctx_.pin_memory);
-    master_ = partition.device().is_cpu() && partition.scalar_type() == torch::kFloat32
-                  ? partition
-                  : torch::empty({partition.numel()}, host).copy_(partition);
+    const bool usable = partition.device().is_cpu() && partition.scalar_type() == torch::kFloat32;
+    master_ = usable || ctx_.master_in_store ? partition : torch::empty({partition.numel()}, host).copy_(partition);
     grad_shard_ = torch::zeros({layout.partition_numel()}, host);
     return;
   }

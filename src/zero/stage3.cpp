@@ -207,7 +207,11 @@ class Stage3 final : public ZeroStage {
     return m;
   }
 
-  StageTimers timers() const override { return timers_; }
+  StageTimers timers() const override {
+    StageTimers t = timers_;
+    if (param_store_) t.param_swap = param_store_->stats();
+    return t;
+  }
 
  private:
   torch::TensorOptions device_options() const { return torch::TensorOptions().dtype(dtype_).device(device_); }

@@ -107,6 +107,8 @@ class Engine {
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;
   StageTimers stage_timers() const { return stage_->timers(); }
+  // offload_optimizer nvme: the optimizer state's swap file (all zero otherwise).
+  StateStore::SwapStats optimizer_swap() const { return offload_ ? offload_->store().stats() : StateStore::SwapStats{}; }
 
   // fn(name, value) for every trainable parameter with its whole current value, in the compute dtype. Under
   // ZeRO-3 each parameter is assembled from the ranks' shards for the call, one at a time, so every rank must call

@@ -30,6 +30,7 @@ class OptimizerOffload {
   void publish();
 
   StateStore& store() { return *store_; }
+  const StateStore& store() const { return *store_; }
 
  private:
   FlatOptimizer& optimizer_;

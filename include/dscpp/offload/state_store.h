@@ -43,6 +43,15 @@ class StateStore {
   // Returns once every write-back has completed.
   virtual void flush() {}
 
+  // What a swapping store has reserved, moved and made its caller wait for since it was made (all zero in memory).
+  struct SwapStats {
+    int64_t file_bytes = 0;     // reserved on disk
+    int64_t read_bytes = 0;
+    int64_t written_bytes = 0;
+    double wait_s = 0;          // time acquire, release and flush blocked on I/O
+  };
+  virtual SwapStats stats() const { return {}; }
+
   // Random access between steps, for checkpoints and weight loading, through acquire and release: elements
   // [offset, offset + n) of `kind` (0: the master, k: the optimizer's state kind k - 1).
   void read(int kind, int64_t offset, torch::Tensor out);

@@ -23,7 +23,8 @@ class ShardedMaster {
   // dtype). It becomes the master when it is fp32 (no second copy); otherwise the master is its fp32 copy.
   ShardedMaster(const StageContext& context, const FlatLayout& layout, const torch::Tensor& partition);
 
-  torch::Tensor& params() { return master_; }  // (partition_numel) fp32
+  // (partition_numel) fp32; with StageContext::master_in_store, the compute-dtype partition until release_master.
+  torch::Tensor& params() { return master_; }
 
   // Starts reducing group `group`'s gradients (`group_grads`: the group's g.numel elements, compute dtype) over all
   // ranks. The returned Handle's wait() adds this rank's rank-averaged share into the gradient shard.

@@ -40,6 +40,7 @@ struct StageMemory {
 struct StageTimers {
   int64_t gathers = 0;        // ZeRO-3 parameter all-gathers issued (prefetched or on demand)
   double gather_wait_s = 0;   // time the forward/backward was blocked waiting for them
+  StateStore::SwapStats param_swap;  // offload_param nvme: the parameter partition's swap file
 };
 
 class ZeroStage {
@@ -117,6 +118,9 @@ struct StageContext {
   // page-locked when `pin_memory` and a GPU exists; each bucket's reduced gradient is moved there as it arrives.
   bool offload_optimizer = false;
   bool pin_memory = false;
+  // The master goes to an offload store (NVMe): no fp32 copy of the partition is made; until the store has taken
+  // its initial values (release_master), master_params() is the compute-dtype partition itself.
+  bool master_in_store = false;
   // offload_param (stage 3): the 16-bit partition lives in host memory (page-locked when param_pin_memory and a GPU
   // exists), copied to the device for each gather. With make_param_store (NVMe) it lives in the store that makes
   // from the group shards' sizes and the partition's initial values, read for each gather, and the partition in

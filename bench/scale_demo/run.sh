@@ -10,7 +10,7 @@
 set -euo pipefail
 build=${1:-build}
 nvme=${2:-/tmp/dscpp_scale}
-steps=${3:-2}
+steps=${3:-3}
 n_layer=${4:-32}
 n_embd=${5:-2816}
 n_head=$((n_embd / 128))

@@ -26,6 +26,17 @@ int main(int argc, char** argv) {
     const double read = p["read_bytes"].get<double>() + o["read_bytes"].get<double>();
     const double written = p["written_bytes"].get<double>() + o["written_bytes"].get<double>();
     const double step_s = m["step_ms"].get<double>() / 1000;
+    if (last.is_null()) {
+      // The counters start when the stores are made, so the first step's include initialize's writes: its split
+      // would be wrong, and the steps after it are measured from it.
+      std::printf("step %lld: %.1f s (first step: its I/O counters include initialize); loss %.4f\n",
+                  m["step"].get<long long>(), step_s, m["loss"].get<double>());
+      wait_before = wait;
+      read_before = read;
+      written_before = written;
+      last = m;
+      continue;
+    }
     std::printf("step %lld: %.1f s = compute %.1f s + I/O wait %.1f s; read %.2f GB, written %.2f GB; loss %.4f\n",
                 m["step"].get<long long>(), step_s, step_s - (wait - wait_before), wait - wait_before,
                 (read - read_before) / gb, (written - written_before) / gb, m["loss"].get<double>());

@@ -61,6 +61,13 @@ nlohmann::json swap_json(const dscpp::StateStore::SwapStats& s) {
           {"wait_s", s.wait_s}};
 }
 
+// This step's seconds per phase (fwd, bwd, bwd_inner, bwd_allreduce, step), summed over its micro-steps.
+nlohmann::json times_json(const dscpp::PhaseTimes& t) {
+  nlohmann::json out;
+  for (size_t i = 0; i < dscpp::kPhases; ++i) out[dscpp::phase_name(static_cast<dscpp::Phase>(i))] = t.seconds[i];
+  return out;
+}
+
 void add_flags(CLI::App& app, Args& a) {
   app.add_option("--deepspeed_config", a.deepspeed_config, "DeepSpeed JSON config (default: an embedded AdamW config)");
   app.add_option("--model", a.model, "preset: tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl");
@@ -243,7 +250,8 @@ int run(const Args& a) {
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
                       {"param_swap", swap_json(timers.param_swap)},
-                      {"optimizer_swap", swap_json(engine->optimizer_swap())}});
+                      {"optimizer_swap", swap_json(engine->optimizer_swap())},
+                      {"wall_clock_s", times_json(r.times)}});
     }
     const int64_t done = engine->global_steps();
     if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {

@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include <torch/cuda.h>
+
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
 #include "dscpp/monitor/step_log.h"
@@ -202,10 +204,17 @@ bool Engine::is_gradient_accumulation_boundary() const {
 double Engine::lr() const { return schedule_->lr_at(global_steps_ - skipped_steps_); }
 
 torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
+  const int64_t start = now_ns();
   stage_->before_forward();
   auto loss = loss_fn();
   stage_->after_forward(loss);
+  add_time(Phase::kForward, start);
   return loss;
+}
+
+void Engine::add_time(Phase phase, int64_t start_ns) {
+  if (config_.wall_clock_breakdown && loss_sum_.is_cuda()) torch::cuda::synchronize(loss_sum_.device().index());
+  step_times_[phase] += (now_ns() - start_ns) * 1e-9;
 }
 
 void Engine::backward(const torch::Tensor& loss) {
@@ -213,12 +222,18 @@ void Engine::backward(const torch::Tensor& loss) {
     throw std::invalid_argument("Engine::backward: loss must be a scalar tensor, got " +
                                 (loss.defined() ? std::to_string(loss.numel()) + " elements" : std::string("undefined")));
   }
+  const int64_t start = now_ns();
   stage_->before_backward();
   loss_sum_ += loss.detach().to(torch::kFloat32).reshape({});
   // fp32 scaling: a 16-bit loss times 2^16 would itself overflow.
   const double factor = scaler_->scale() / static_cast<double>(config_.batch.grad_accum);
   (loss.to(torch::kFloat32) * factor).backward();
-  stage_->after_backward();
+  add_time(Phase::kBackwardInner, start);
+  const int64_t reduce_start = now_ns();
+  stage_->after_backward();  // waits for the reductions backward launched (stages 2, 3)
+  add_time(Phase::kBackwardAllreduce, reduce_start);
+  add_time(Phase::kBackward, start);
+  ++step_times_.micro_steps;
 }
 
 bool Engine::step() {
@@ -227,6 +242,10 @@ bool Engine::step() {
   if (!boundary) return false;
   StepReport report;
   update(report);
+  step_times_.steps = 1;
+  report.times = step_times_;
+  print_window_.add(step_times_);
+  step_times_ = PhaseTimes{};
   last_step_ = report;
   log_step(report);
   return !report.skipped;
@@ -240,7 +259,12 @@ void Engine::update(StepReport& report) {
   global_samples_ += config_.batch.train_batch_size;
   report.step = global_steps_;
 
+  // The boundary's reduction is backward's (DeepSpeed's backward_allreduce); the rest of this is the step.
+  const int64_t reduce_start = now_ns();
   stage_->reduce_gradients();
+  add_time(Phase::kBackwardAllreduce, reduce_start);
+  add_time(Phase::kBackward, reduce_start);
+  const int64_t step_start = now_ns();
   auto& grads = stage_->master_grads();
 
   // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
@@ -258,6 +282,7 @@ void Engine::update(StepReport& report) {
     report.skipped = true;
     ++skipped_steps_;
     stage_->zero_grads();
+    add_time(Phase::kStep, step_start);
     return;
   }
 
@@ -275,6 +300,7 @@ void Engine::update(StepReport& report) {
     stage_->publish_params();
   }
   stage_->zero_grads();
+  add_time(Phase::kStep, step_start);
 }
 
 void Engine::log_step(const StepReport& report) {
@@ -285,6 +311,8 @@ void Engine::log_step(const StepReport& report) {
   const double samples_per_s = seconds > 0 ? config_.batch.train_batch_size * config_.steps_per_print / seconds : 0.0;
   log_(format_step_line(report.step, report.loss, report.lr, report.loss_scale, report.grad_norm, samples_per_s,
                         skipped_steps_));
+  if (config_.wall_clock_breakdown) log_("[deepspeed.cpp] " + format_wall_clock(print_window_));
+  print_window_ = PhaseTimes{};
 }
 
 bool Engine::save_16bit_model(const std::string& path) {

@@ -195,6 +195,45 @@ TEST(Engine, OffloadErrorsNameTheKeyAndWhatIsAllowed) {
   EXPECT_EQ(error_of(R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})"), "no error");
 }
 
+// wall_clock_breakdown: every steps_per_print steps one line with each phase per step and per micro-step, and each
+// step's times in its report; the parts of backward add up inside it.
+TEST(Engine, WallClockBreakdownPrintsEveryPhaseEachPrintWindow) {
+  for (bool enabled : {true, false}) {
+    auto model = Mlp();
+    std::vector<std::string> lines;
+    InitOptions options;
+    options.log = [&](const std::string& line) { lines.push_back(line); };
+    auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
+        "steps_per_print": 2, "wall_clock_breakdown": )" + std::string(enabled ? "true" : "false") + R"(,
+        "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"),
+                             options);
+    auto [x, y] = regression_data(4);
+    for (int micro = 0; micro < 8; ++micro) {
+      engine->backward(engine->forward([&] { return model->loss(x, y); }));
+      engine->step();
+    }
+    std::vector<std::string> timing;
+    for (const auto& line : lines) {
+      if (line.find("time (ms)") != std::string::npos) timing.push_back(line);
+    }
+    if (!enabled) {
+      EXPECT_TRUE(timing.empty());
+      continue;
+    }
+    ASSERT_EQ(timing.size(), 2u) << "4 optimizer steps, printed every 2";
+    for (const char* key : {"| fwd: ", "| bwd: ", "| bwd_inner: ", "| bwd_allreduce: ", "| step: ", "| fwd_microstep: ",
+                            "| bwd_microstep: ", "| bwd_inner_microstep: ", "| bwd_allreduce_microstep: ",
+                            "| step_microstep: "}) {
+      EXPECT_NE(timing[0].find(key), std::string::npos) << key << " missing from: " << timing[0];
+    }
+    const auto& t = engine->last_step().times;
+    EXPECT_EQ(t.micro_steps, 2);
+    EXPECT_EQ(t.steps, 1);
+    for (size_t i = 0; i < kPhases; ++i) EXPECT_GT(t.seconds[i], 0.0) << phase_name(static_cast<Phase>(i));
+    EXPECT_GE(t[Phase::kBackward], t[Phase::kBackwardInner] + t[Phase::kBackwardAllreduce] - 1e-6);
+  }
+}
+
 TEST(Engine, RequiresAnOptimizer) {
   auto model = Mlp();
   EXPECT_THROW(initialize(model.ptr(), config_from(R"({"train_batch_size": 4})")), ConfigError);

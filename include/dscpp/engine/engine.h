@@ -19,6 +19,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/monitor/wall_clock.h"
 #include "dscpp/offload/optimizer_offload.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
@@ -62,6 +63,7 @@ struct StepReport {
   double loss_scale = 1.0;    // the scale this step's backward used
   double grad_norm = 0.0;     // global L2 norm of the unscaled gradients, before clipping
   bool skipped = false;       // overflow: parameters, optimizer state and schedule untouched
+  PhaseTimes times;           // this optimizer step's micro-steps: fwd, bwd (inner, allreduce), step
 };
 
 class Engine {
@@ -157,6 +159,9 @@ class Engine {
  private:
   void update(StepReport& report);
   void log_step(const StepReport& report);
+  // Seconds since `start_ns`, added to `phase` of the current optimizer step. With wall_clock_breakdown the device
+  // is synchronized first, so asynchronous GPU work is counted where it ran.
+  void add_time(Phase phase, int64_t start_ns);
   void check_at_boundary(const char* what) const;
   void validate_tag_across_ranks(const std::string& tag) const;
   std::vector<ParamEntry> param_entries() const;
@@ -210,6 +215,8 @@ class Engine {
   torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary
   StepReport last_step_;
   int64_t last_log_time_ns_ = 0;
+  PhaseTimes step_times_;    // the optimizer step in progress
+  PhaseTimes print_window_;  // since the last steps_per_print line
 };
 
 // Builds the engine: casts the model to the compute dtype, flattens its parameters, builds stage, optimizer,

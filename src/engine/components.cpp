@@ -25,7 +25,6 @@ void check_supported(const Config& config) {
   }
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
   if (config.tensorboard.enabled) reject("tensorboard.enabled", "the TensorBoard monitor");
-  if (config.csv_monitor.enabled) reject("csv_monitor.enabled", "the CSV monitor");
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.flops_profiler.enabled) reject("flops_profiler.enabled", "the flops profiler");
   if (config.comms_logger.enabled) reject("comms_logger.enabled", "the comms logger");

@@ -175,6 +175,22 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   // On the model's device (the master may be on the host, offloaded).
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 
+  if (config_.csv_monitor.enabled) {
+    // Rank 0 writes the files; every rank learns whether it could, so none is left waiting in a collective.
+    std::string error;
+    if (comm_->rank() == 0) {
+      try {
+        monitors_.push_back(make_csv_monitor(config_.csv_monitor));
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+    }
+    if (comm_->side_all_gather({error.empty() ? 0 : 1})[0] != 0) {
+      throw std::runtime_error(error.empty() ? "csv_monitor: rank 0 could not create its directory (see its log)"
+                                             : error);
+    }
+  }
+
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
        std::to_string(comm_->world_size()) + " (" + comm_->backend() + "), " + to_string(config_.compute_dtype()) +
@@ -248,6 +264,7 @@ bool Engine::step() {
   step_times_ = PhaseTimes{};
   last_step_ = report;
   log_step(report);
+  write_monitors(report);
   return !report.skipped;
 }
 
@@ -301,6 +318,21 @@ void Engine::update(StepReport& report) {
   }
   stage_->zero_grads();
   add_time(Phase::kStep, step_start);
+}
+
+void Engine::write_monitors(const StepReport& report) {
+  if (monitors_.empty()) return;
+  std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", report.loss, global_samples_},
+                                      {"Train/Samples/lr", report.lr, global_samples_}};
+  if (config_.fp16.enabled) events.push_back({"Train/Samples/loss_scale", report.loss_scale, global_samples_});
+  if (config_.wall_clock_breakdown) {
+    const char* names[kPhases] = {"forward", "backward", "backward_inner", "backward_allreduce", "step"};
+    for (size_t i = 0; i < kPhases; ++i) {
+      events.push_back({std::string("Train/Samples/elapsed_time_ms_") + names[i], report.times.seconds[i] * 1e3,
+                        global_samples_});
+    }
+  }
+  for (auto& monitor : monitors_) monitor->write_events(events);
 }
 
 void Engine::log_step(const StepReport& report) {

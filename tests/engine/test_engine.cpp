@@ -1,5 +1,9 @@
 // Engine, stage 0 on one process, fp32: the training step against plain LibTorch references.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "dscpp/dscpp.h"
 #include "test_models.h"
@@ -232,6 +236,52 @@ TEST(Engine, WallClockBreakdownPrintsEveryPhaseEachPrintWindow) {
     for (size_t i = 0; i < kPhases; ++i) EXPECT_GT(t.seconds[i], 0.0) << phase_name(static_cast<Phase>(i));
     EXPECT_GE(t[Phase::kBackward], t[Phase::kBackwardInner] + t[Phase::kBackwardAllreduce] - 1e-6);
   }
+}
+
+// csv_monitor: DeepSpeed's layout — output_path/job_name/Train_Samples_<name>.csv, header "step,<name>", one row per
+// optimizer step at the global sample count, the value exactly the step's.
+TEST(Engine, CsvMonitorWritesOneFilePerEventInDeepSpeedsLayout) {
+  namespace fs = std::filesystem;
+  const auto out = fs::temp_directory_path() / ("dscpp_csv_monitor_" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  auto model = Mlp();
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "wall_clock_breakdown": true,
+      "csv_monitor": {"enabled": true, "output_path": ")" + out.string() + R"(", "job_name": "run1"},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"));
+  auto [x, y] = regression_data(4);
+  std::vector<double> losses;
+  for (int step = 0; step < 3; ++step) {
+    engine->backward(engine->forward([&] { return model->loss(x, y); }));
+    engine->step();
+    losses.push_back(engine->last_step().loss);
+  }
+  std::ifstream loss_file(out / "run1" / "Train_Samples_train_loss.csv");
+  std::string line;
+  ASSERT_TRUE(std::getline(loss_file, line)) << "no Train_Samples_train_loss.csv under " << out;
+  EXPECT_EQ(line, "step,train_loss");
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(std::getline(loss_file, line));
+    const auto comma = line.find(',');
+    EXPECT_EQ(line.substr(0, comma), std::to_string(4 * (step + 1))) << "x is the global sample count";
+    EXPECT_EQ(std::stod(line.substr(comma + 1)), losses[step]) << "the value as the step reported it";
+  }
+  EXPECT_FALSE(std::getline(loss_file, line)) << "one row per step";
+  for (const char* name : {"Train_Samples_lr.csv", "Train_Samples_elapsed_time_ms_forward.csv",
+                           "Train_Samples_elapsed_time_ms_backward_allreduce.csv", "Train_Samples_elapsed_time_ms_step.csv"}) {
+    EXPECT_TRUE(fs::exists(out / "run1" / name)) << name;
+  }
+  EXPECT_FALSE(fs::exists(out / "run1" / "Train_Samples_loss_scale.csv")) << "only fp16 has a loss scale";
+
+  // An output_path that cannot be a directory is an error naming it.
+  std::ofstream(out / "file") << "x";
+  try {
+    initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "csv_monitor": {"enabled": true,
+        "output_path": ")" + (out / "file").string() + R"("}, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"));
+    FAIL() << "expected an error";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find((out / "file").string()), std::string::npos) << e.what();
+  }
+  fs::remove_all(out);
 }
 
 TEST(Engine, RequiresAnOptimizer) {

@@ -19,6 +19,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/monitor/monitor.h"
 #include "dscpp/monitor/wall_clock.h"
 #include "dscpp/offload/optimizer_offload.h"
 #include "dscpp/optim/flat_optimizer.h"
@@ -159,6 +160,8 @@ class Engine {
  private:
   void update(StepReport& report);
   void log_step(const StepReport& report);
+  // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
+  void write_monitors(const StepReport& report);
   // Seconds since `start_ns`, added to `phase` of the current optimizer step. With wall_clock_breakdown the device
   // is synchronized first, so asynchronous GPU work is counted where it ran.
   void add_time(Phase phase, int64_t start_ns);
@@ -206,6 +209,7 @@ class Engine {
   std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer: the step runs on the host, by sub-group
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
+  std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
 
   int64_t micro_steps_ = 0;
   int64_t global_steps_ = 0;

@@ -1,7 +1,8 @@
-// StateStore: where an offloaded optimizer's fp32 state lives between steps — the master partition and each
-// optimizer state tensor — handed out one sub-group (zero_optimization.sub_group_size elements) at a time, so only
-// the sub-groups being stepped need to be in memory. In host memory (offload_optimizer.device "cpu") the slices
-// are views; on NVMe ("nvme") they are read ahead and written behind.
+// StateStore: where offloaded state lives between uses, handed out one sub-group at a time so only the sub-groups in
+// use need to be in memory. For the optimizer: the fp32 master partition and each optimizer state tensor (its
+// "kinds"), in sub-groups of zero_optimization.sub_group_size elements. For ZeRO-3's offloaded parameters: the
+// 16-bit partition, one sub-group per group shard. In host memory the slices are views; on NVMe they are read ahead
+// and written behind.
 #pragma once
 
 #include <torch/torch.h>

@@ -12,6 +12,7 @@
 #include "data/token_dataset.h"
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/dscpp.h"
+#include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/metrics_jsonl.h"
 #include "dscpp/monitor/step_log.h"
 #include "model/gpt.h"
@@ -47,6 +48,8 @@ struct Args {
   int64_t save_interval = 0;
   bool no_progress = false;
   bool zero_init = true;
+  bool activation_checkpointing = false;
+  double dropout = 0.0;
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   int64_t micro_batch = 8, grad_accum = 1;
@@ -74,6 +77,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--n_layer", a.n_layer, "override the preset's layer count");
   app.add_option("--n_embd", a.n_embd, "override the preset's width");
   app.add_option("--n_head", a.n_head, "override the preset's head count");
+  app.add_option("--dropout", a.dropout, "dropout after embeddings, on attention weights and residual branches");
+  app.add_flag("--activation_checkpointing", a.activation_checkpointing,
+               "keep only each block's input and recompute the block in backward (the config's "
+               "activation_checkpointing section says where inputs are kept)");
   app.add_option("--seq_len", a.seq_len, "tokens per sample (default: the block size, at most 128)");
   app.add_option("--data", a.data, "text file (bytes) or token .bin (llm.c layout or raw uint16); default: embedded");
   app.add_option("--data_order", a.data_order, "sequential or shuffled")->check(CLI::IsMember({"sequential", "shuffled"}));
@@ -130,6 +137,7 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
   if (a.n_layer) c.n_layer = *a.n_layer;
   if (a.n_embd) c.n_embd = *a.n_embd;
   if (a.n_head) c.n_head = *a.n_head;
+  c.dropout = a.dropout;
   c.validate();
   return c;
 }
@@ -160,6 +168,8 @@ int run(const Args& a) {
   // Under `dscpp launch` (or torchrun/srun/mpirun) the engine joins the job; alone it is a single process.
   const auto env = dscpp::DistEnv::from_env();
   const int rank = env.rank, world = env.world_size;
+  // Counts what CPU tensors hold, so the metrics can say how much memory activations took (RSS cannot).
+  dscpp::CpuMemoryTracker::install();
 
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));
@@ -198,8 +208,14 @@ int run(const Args& a) {
     std::cerr << line << std::endl;
   };
   auto engine = dscpp::initialize(model.ptr(), config, init);
-  model->set_block_runner([&engine](const torch::nn::Module& block, const std::function<torch::Tensor()>& call) {
-    return engine->run_unit(block, call);
+  // Each block inside its run_unit (ZeRO-3 gathers its parameters there, also for a recompute in backward) and,
+  // with --activation_checkpointing, checkpointed: the block holds itself in the closure, which backward calls again.
+  model->set_block_runner([&engine, checkpoint = a.activation_checkpointing](const gpt::Block& block,
+                                                                              const torch::Tensor& x) {
+    return engine->run_unit(*block, [&] {
+      auto run = [unit = block.ptr()](const torch::Tensor& input) { return unit->forward(input); };
+      return checkpoint ? engine->checkpoint(run, x) : run(x);
+    });
   });
   if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);
   if (!a.load_dir.empty()) engine->load_checkpoint(a.load_dir, a.load_tag);
@@ -251,7 +267,8 @@ int run(const Args& a) {
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
                       {"param_swap", swap_json(timers.param_swap)},
                       {"optimizer_swap", swap_json(engine->optimizer_swap())},
-                      {"wall_clock_s", times_json(r.times)}});
+                      {"wall_clock_s", times_json(r.times)},
+                      {"memory_breakdown", dscpp::to_json(engine->memory_breakdown())}});
     }
     const int64_t done = engine->global_steps();
     if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {

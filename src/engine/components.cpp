@@ -28,16 +28,8 @@ void check_supported(const Config& config) {
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.flops_profiler.enabled) reject("flops_profiler.enabled", "the flops profiler");
   if (config.comms_logger.enabled) reject("comms_logger.enabled", "the comms logger");
-  if (config.memory_breakdown) reject("memory_breakdown", "true");
   if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
   // checkpoint.load_universal needs nothing: every checkpoint here loads on any world size and stage.
-  const auto& ac = config.activation_checkpointing;
-  if (ac.partition_activations) reject("activation_checkpointing.partition_activations", "true");
-  if (ac.cpu_checkpointing) reject("activation_checkpointing.cpu_checkpointing", "true");
-  if (ac.contiguous_memory_optimization) reject("activation_checkpointing.contiguous_memory_optimization", "true");
-  if (ac.number_checkpoints) reject("activation_checkpointing.number_checkpoints", "a value");
-  if (ac.synchronize_checkpoint_boundary) reject("activation_checkpointing.synchronize_checkpoint_boundary", "true");
-  if (ac.profile) reject("activation_checkpointing.profile", "true");
 }
 
 torch::ScalarType to_scalar_type(DType dtype) {

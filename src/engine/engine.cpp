@@ -13,6 +13,7 @@
 
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
+#include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/step_log.h"
 #include "dscpp/optim/cpu_adam.h"
 
@@ -171,6 +172,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   const double base_lr = optimizer_config->lr();
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
+  if (config_.memory_breakdown) CpuMemoryTracker::install();
+  checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,
+                                                             options.activation_partition_group);
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
   // On the model's device (the master may be on the host, offloaded).
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
@@ -201,6 +205,11 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
              : "[deepspeed.cpp] offload_param nvme: the 16-bit parameter partition swapped to " + param.nvme_path +
                    ", each group's shard read ahead of its gather");
   }
+  if (config_.activation_checkpointing.partition_activations &&
+      !(options.activation_partition_group && options.activation_partition_group->world_size() > 1)) {
+    log_("[deepspeed.cpp] activation_checkpointing.partition_activations: no activation_partition_group (the ranks "
+         "are data parallel, each with activations of its own), so checkpointed inputs are kept whole");
+  }
   if (offload_) {
     log_(std::string("[deepspeed.cpp] offload_optimizer ") +
          (nvme ? "nvme: fp32 master and optimizer state swapped to " + config_.zero.offload_optimizer.nvme_path + ", "
@@ -221,7 +230,12 @@ double Engine::lr() const { return schedule_->lr_at(global_steps_ - skipped_step
 
 torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
   const int64_t start = now_ns();
+  if (CpuMemoryTracker::installed()) {
+    forward_start_bytes_ = CpuMemoryTracker::allocated();
+    CpuMemoryTracker::reset_peak();
+  }
   stage_->before_forward();
+  checkpointing_->begin_forward();
   auto loss = loss_fn();
   stage_->after_forward(loss);
   add_time(Phase::kForward, start);
@@ -250,6 +264,9 @@ void Engine::backward(const torch::Tensor& loss) {
   add_time(Phase::kBackwardAllreduce, reduce_start);
   add_time(Phase::kBackward, start);
   ++step_times_.micro_steps;
+  if (CpuMemoryTracker::installed() && !loss_sum_.is_cuda()) {
+    activations_peak_ = std::max(activations_peak_, CpuMemoryTracker::peak() - forward_start_bytes_);
+  }
 }
 
 bool Engine::step() {
@@ -345,6 +362,16 @@ void Engine::log_step(const StepReport& report) {
                         skipped_steps_));
   if (config_.wall_clock_breakdown) log_("[deepspeed.cpp] " + format_wall_clock(print_window_));
   print_window_ = PhaseTimes{};
+  if (config_.memory_breakdown) {
+    // Every rank's numbers in one exchange; rank 0 prints them all.
+    const auto all = comm_->side_all_gather(memory_breakdown().pack());
+    for (int r = 0; r < comm_->world_size(); ++r) {
+      log_("[deepspeed.cpp] " + describe(MemoryBreakdown::unpack(&all[r * MemoryBreakdown::kPacked]), r));
+    }
+  }
+  if (config_.activation_checkpointing.profile) {
+    log_("[deepspeed.cpp] " + describe(checkpointing_->stats(), /*with_times=*/true));
+  }
 }
 
 bool Engine::save_16bit_model(const std::string& path) {
@@ -392,6 +419,18 @@ ModelStateMemory Engine::memory() const {
   m.stage = stage_->memory();
   m.optimizer_state = optimizer_state_bytes_;
   return m;
+}
+
+MemoryBreakdown Engine::memory_breakdown() const {
+  MemoryBreakdown b;
+  b.states = memory();
+  b.activations_peak = activations_peak_;
+  const auto& s = b.states.stage;
+  if (config_.zero.offload_optimizer.device == OffloadDevice::kCpu) b.offloaded_host += s.master + b.states.optimizer_state;
+  if (config_.zero.offload_param.device == OffloadDevice::kCpu) b.offloaded_host += s.params16 - s.persistent;
+  b.nvme = stage_->timers().param_swap.file_bytes + optimizer_swap().file_bytes;
+  b.rss = resident_bytes();
+  return b;
 }
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config, InitOptions options) {

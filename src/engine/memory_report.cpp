@@ -20,4 +20,38 @@ nlohmann::json to_json(const ModelStateMemory& m) {
           {"persistent", m.stage.persistent},       {"gathered_peak", m.stage.gathered_peak}};
 }
 
+std::vector<int64_t> MemoryBreakdown::pack() const {
+  const auto& s = states.stage;
+  return {s.params16, s.grads16, s.master, s.buffers, s.persistent, s.gathered_peak, states.optimizer_state,
+          activations_peak, offloaded_host, nvme, rss, 0};
+}
+
+MemoryBreakdown MemoryBreakdown::unpack(const int64_t* v) {
+  MemoryBreakdown m;
+  auto& s = m.states.stage;
+  s.params16 = v[0], s.grads16 = v[1], s.master = v[2], s.buffers = v[3], s.persistent = v[4], s.gathered_peak = v[5];
+  m.states.optimizer_state = v[6];
+  m.activations_peak = v[7], m.offloaded_host = v[8], m.nvme = v[9], m.rss = v[10];
+  return m;
+}
+
+std::string describe(const MemoryBreakdown& m, int rank) {
+  auto b = [](int64_t bytes) { return format_bytes(static_cast<double>(bytes)); };
+  const auto& s = m.states.stage;
+  return "memory rank " + std::to_string(rank) + ": params " + b(s.params16) + " (gathered peak " +
+         b(s.gathered_peak) + "), grads " + b(s.grads16) + ", fp32 master " + b(s.master) + ", optimizer state " +
+         b(m.states.optimizer_state) + ", comm buffers " + b(s.buffers) + ", activations peak " +
+         (m.activations_peak < 0 ? std::string("not measured") : b(m.activations_peak)) + ", host offload " +
+         b(m.offloaded_host) + ", nvme " + b(m.nvme) + ", rss " + b(m.rss);
+}
+
+nlohmann::json to_json(const MemoryBreakdown& m) {
+  auto out = to_json(m.states);
+  out["activations_peak"] = m.activations_peak;
+  out["offloaded_host"] = m.offloaded_host;
+  out["nvme"] = m.nvme;
+  out["rss"] = m.rss;
+  return out;
+}
+
 }  // namespace dscpp

@@ -67,8 +67,8 @@ int run_worker(bool partitioned) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
   auto engine = initialize(model.ptr(), config, init);
-  model->set_block_runner([&](const torch::nn::Module& block, const std::function<torch::Tensor()>& call) {
-    return engine->run_unit(block, call);
+  model->set_block_runner([&](const gpt::Block& block, const torch::Tensor& x) {
+    return engine->run_unit(*block, [&] { return block.ptr()->forward(x); });
   });
 
   const auto tokens = torch::arange(33 * env.rank, 33 * env.rank + 33, torch::kLong).remainder(256).view({1, 33});

@@ -8,10 +8,11 @@
 
 namespace gpt {
 
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               double dropout_p) {
 #if TORCH_VERSION_MAJOR >= 2
   // Fused kernel (flash / memory-efficient where available); same math as the branch below.
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
 #else
   const int64_t T = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
@@ -19,11 +20,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   // True above the diagonal: position t may not look at t' > t.
   const auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), v);  // (B, nh, T, hs)
+  auto weights = torch::softmax(scores, -1);
+  if (dropout_p > 0) weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  return torch::matmul(weights, v);  // (B, nh, T, hs)
 #endif
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config) : n_head_(config.n_head) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config)
+    : n_head_(config.n_head), dropout_(config.dropout) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
 }
@@ -34,8 +38,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const auto to_heads = [&](const torch::Tensor& t) {
     return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
   };
-  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]));
-  return c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C}));
+  const double p = is_training() ? dropout_ : 0.0;
+  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p);
+  auto out = c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C}));
+  return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
 }
 
 }  // namespace gpt

@@ -7,9 +7,10 @@
 
 namespace gpt {
 
-// softmax(q·kᵀ/√d + causal mask)·v for (B, nh, T, hs) tensors. The one place a LibTorch 2.x build swaps in
-// at::scaled_dot_product_attention (1.13's C++ API has no fused kernel).
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+// dropout(softmax(q·kᵀ/√d + causal mask), dropout_p)·v for (B, nh, T, hs) tensors. The one place a LibTorch 2.x
+// build swaps in at::scaled_dot_product_attention (1.13's C++ API has no fused kernel).
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               double dropout_p = 0.0);
 
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
@@ -23,6 +24,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
  private:
   int64_t n_head_;
+  double dropout_;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -72,7 +72,8 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
                                 std::to_string(config_.block_size) + "; lower --seq_len");
   }
   const auto positions = torch::arange(T, idx.options());  // (T), broadcast over the batch
-  return wte->forward(idx) + wpe->forward(positions);
+  auto x = wte->forward(idx) + wpe->forward(positions);
+  return config_.dropout > 0 && is_training() ? torch::dropout(x, config_.dropout, /*train=*/true) : x;
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& x) {
@@ -81,10 +82,7 @@ torch::Tensor GptImpl::head(const torch::Tensor& x) {
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   auto x = embed(idx);
-  for (auto& block : blocks_) {
-    auto call = [&block, &x] { return block->forward(x); };
-    x = block_runner_ ? block_runner_(*block, call) : call();
-  }
+  for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
   return head(x);
 }
 

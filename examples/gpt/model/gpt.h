@@ -31,7 +31,7 @@ class GptImpl : public torch::nn::Module {
 
   // Validates the config; initializes as GPT-2 does (deterministic given torch::manual_seed):
   // Linear/Embedding weights ~ N(0, 0.02), residual output projections (c_proj) ~ N(0, 0.02/√(2·n_layer)),
-  // biases 0, LayerNorm weight 1 / bias 0. No dropout. Each module is initialised right after it is built, in
+  // biases 0, LayerNorm weight 1 / bias 0. Dropout as config.dropout says. Each module is initialised right after it is built, in
   // registration order, so the values are the same whether or not `block_built` is given.
   explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {});
 
@@ -48,9 +48,10 @@ class GptImpl : public torch::nn::Module {
   torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V)
   const std::vector<Block>& blocks() const { return blocks_; }
 
-  // How forward() calls each block: `run(block, call)` must return call()'s result. The default calls it directly;
-  // under ZeRO-3 the trainer routes it through Engine::run_unit so the block's parameters are gathered around it.
-  using BlockRunner = std::function<torch::Tensor(const torch::nn::Module& block, const std::function<torch::Tensor()>& call)>;
+  // How forward() calls each block: `run(block, x)` must return block->forward(x). The default calls it directly;
+  // the trainer routes it through Engine::run_unit (ZeRO-3 gathers the block's parameters around it) and, with
+  // activation checkpointing, Engine::checkpoint.
+  using BlockRunner = std::function<torch::Tensor(const Block& block, const torch::Tensor& x)>;
   void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 
   const GptConfig& config() const { return config_; }

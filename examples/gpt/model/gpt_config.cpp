@@ -60,6 +60,9 @@ void GptConfig::validate() const {
   require_positive(n_layer, "--n_layer");
   require_positive(n_head, "--n_head");
   require_positive(n_embd, "--n_embd");
+  if (!(dropout >= 0.0 && dropout < 1.0)) {
+    throw std::invalid_argument("gpt config: --dropout " + std::to_string(dropout) + " must be in [0, 1)");
+  }
   if (n_embd % n_head != 0) {
     throw std::invalid_argument("gpt config: --n_embd " + std::to_string(n_embd) + " is not divisible by --n_head " +
                                 std::to_string(n_head) + "; choose n_embd a multiple of n_head");

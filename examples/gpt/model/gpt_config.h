@@ -15,6 +15,9 @@ struct GptConfig {
   int64_t n_head = 4;            // attention heads; n_embd must be divisible by it
   int64_t n_embd = 128;          // C: residual stream width
   double layer_norm_eps = 1e-5;  // HF layer_norm_epsilon
+  // Dropout probability after the embeddings, on the attention weights and on each residual branch (HF's
+  // embd_pdrop, attn_pdrop and resid_pdrop, one value for the three). 0: none. Active only in training mode.
+  double dropout = 0.0;
 
   // A named preset with the data's vocabulary. Throws std::invalid_argument listing the known names.
   static GptConfig preset(const std::string& name, int64_t vocab_size);

@@ -3,13 +3,14 @@
 
 namespace gpt {
 
-MlpImpl::MlpImpl(const GptConfig& config) {
+MlpImpl::MlpImpl(const GptConfig& config) : dropout_(config.dropout) {
   c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  return c_proj->forward(torch::gelu(c_fc->forward(x), "tanh"));
+  auto y = c_proj->forward(torch::gelu(c_fc->forward(x), "tanh"));
+  return dropout_ > 0 && is_training() ? torch::dropout(y, dropout_, /*train=*/true) : y;
 }
 
 }  // namespace gpt

@@ -16,6 +16,9 @@ class MlpImpl : public torch::nn::Module {
 
   torch::nn::Linear c_fc{nullptr};    // (4C, C)
   torch::nn::Linear c_proj{nullptr};  // (C, 4C)
+
+ private:
+  double dropout_;
 };
 TORCH_MODULE(Mlp);
 

@@ -72,4 +72,12 @@ inline void allocate_storage(const torch::Tensor& tensor, size_t nbytes) {
 
 inline size_t storage_bytes(const torch::Tensor& tensor) { return tensor.storage().nbytes(); }
 
+// An allocator that wraps another must, from 2.3 on, also say how to copy its memory (Allocator::copy_data is pure
+// virtual there); 1.13 has no such member. Derive from this instead of c10::Allocator.
+struct WrappingAllocator : c10::Allocator {
+#if DSCPP_TORCH_AT_LEAST(2, 3)
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
+};
+
 }  // namespace dscpp::compat

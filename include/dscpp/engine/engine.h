@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dscpp/activation/checkpointing.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
@@ -42,6 +43,11 @@ struct InitOptions {
   // units (when gather_units is empty; otherwise they must be among them), its comm the engine's, and its shards
   // the stage's partition. Needs zero_optimization.stage 3.
   std::shared_ptr<PartitionedInit> partitioned;
+  // activation_checkpointing.partition_activations: the ranks whose activations are the same (a tensor- or
+  // sequence-parallel group, DeepSpeed's mpu), over which each checkpointed input is split. Data-parallel ranks see
+  // different data, so without such a group there is nothing to split and the key changes nothing, as in DeepSpeed
+  // without an mpu.
+  std::shared_ptr<Comm> activation_partition_group;
 };
 
 struct CheckpointLoadOptions {
@@ -86,6 +92,15 @@ class Engine {
     return stage_->run_unit(unit, unit_forward);
   }
 
+  // Inside forward: block(input) with activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint):
+  // only `input` is kept, in the form the config's activation_checkpointing section asks for, and the block runs
+  // again during backward with the same random draws. Under ZeRO-3 call it inside the block's run_unit, so its
+  // parameters are gathered for the recompute. See ActivationCheckpointing::checkpoint for what `block` must be.
+  torch::Tensor checkpoint(ActivationCheckpointing::Block block, const torch::Tensor& input) {
+    return checkpointing_->checkpoint(std::move(block), input);
+  }
+  CheckpointStats checkpoint_stats() const { return checkpointing_->stats(); }
+
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
   // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
   void backward(const torch::Tensor& loss);
@@ -109,6 +124,9 @@ class Engine {
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;
+  // memory_breakdown's numbers for this rank (SPEC §3.10); activations are measured once a CpuMemoryTracker is
+  // installed (memory_breakdown installs one).
+  MemoryBreakdown memory_breakdown() const;
   StageTimers stage_timers() const { return stage_->timers(); }
   // offload_optimizer nvme: the optimizer state's swap file (all zero otherwise).
   StateStore::SwapStats optimizer_swap() const { return offload_ ? offload_->store().stats() : StateStore::SwapStats{}; }
@@ -209,6 +227,7 @@ class Engine {
   std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer: the step runs on the host, by sub-group
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<ActivationCheckpointing> checkpointing_;
   std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
 
   int64_t micro_steps_ = 0;
@@ -221,6 +240,8 @@ class Engine {
   int64_t last_log_time_ns_ = 0;
   PhaseTimes step_times_;    // the optimizer step in progress
   PhaseTimes print_window_;  // since the last steps_per_print line
+  int64_t forward_start_bytes_ = 0;  // CpuMemoryTracker::allocated() when the micro-step's forward began
+  int64_t activations_peak_ = -1;    // MemoryBreakdown::activations_peak
 };
 
 // Builds the engine: casts the model to the compute dtype, flattens its parameters, builds stage, optimizer,

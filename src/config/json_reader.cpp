@@ -136,6 +136,26 @@ std::optional<std::string> JsonReader::get_optional_string(const std::string& ke
   return value.get<std::string>();
 }
 
+std::vector<std::string> JsonReader::get_string_list(const std::string& key,
+                                                     const std::vector<std::string>& allowed) {
+  std::string list;
+  for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+  if (!has(key)) {
+    object_[key] = nlohmann::json::array();
+    return {};
+  }
+  const nlohmann::json& value = *lookup(key);
+  if (!value.is_array()) fail(key, "a list of names among " + list);
+  std::vector<std::string> out;
+  for (const auto& item : value) {
+    const bool known = item.is_string() &&
+                       std::find(allowed.begin(), allowed.end(), item.get<std::string>()) != allowed.end();
+    if (!known) fail(key, "a list of names among " + list);
+    out.push_back(item.get<std::string>());
+  }
+  return out;
+}
+
 std::string JsonReader::get_string(const std::string& key, const std::string& def) {
   if (!has(key)) {
     object_[key] = def;

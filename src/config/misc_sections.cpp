@@ -45,7 +45,13 @@ CommsLoggerConfig parse_comms_logger(JsonReader& s) {
   c.verbose = s.get_bool("verbose", false);
   c.prof_all = s.get_bool("prof_all", true);
   c.debug = s.get_bool("debug", false);
-  s.accept({"prof_ops"});
+  // DeepSpeed's torch.distributed names are accepted for ours.
+  c.prof_ops = s.get_string_list("prof_ops", {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
+                                              "reduce_scatter_tensor", "all_gather_into_tensor"});
+  for (auto& op : c.prof_ops) {
+    if (op == "reduce_scatter_tensor") op = "reduce_scatter";
+    if (op == "all_gather_into_tensor") op = "all_gather";
+  }
   s.finish();
   return c;
 }

@@ -133,6 +133,13 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     };
   }
   check_batch(config_, comm_->world_size());
+  if (config_.comms_logger.enabled) {
+    // debug: every rank prints its own operations, so its sink is this rank's stderr rather than rank 0's log.
+    std::function<void(const std::string&)> sink = log_;
+    if (config_.comms_logger.debug) sink = [](const std::string& line) { std::cerr << line << std::endl; };
+    comms_logger_ = std::make_shared<CommsLogger>(config_.comms_logger, comm_->rank(), comm_->world_size(), sink);
+    comm_ = make_logged_comm(comm_, comms_logger_);
+  }
 
   StageContext context;
   context.comm = comm_;
@@ -220,7 +227,14 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (comms_logger_) {
+    try {
+      log_(comms_logger_->summary());
+    } catch (...) {  // a destructor must not throw; the summary is a courtesy
+    }
+  }
+}
 
 bool Engine::is_gradient_accumulation_boundary() const {
   return (micro_steps_ + 1) % config_.batch.grad_accum == 0;

@@ -99,9 +99,10 @@ struct FlopsProfilerConfig {
 
 struct CommsLoggerConfig {
   bool enabled = false;
-  bool verbose = false;
-  bool prof_all = true;
-  bool debug = false;
+  bool verbose = false;                // one line per collective as it completes (rank 0)
+  bool prof_all = true;                // false: only the ops in prof_ops
+  bool debug = false;                  // verbose on every rank, each line naming its rank
+  std::vector<std::string> prof_ops;   // all_reduce, reduce_scatter, all_gather, broadcast, barrier
 };
 
 struct CheckpointConfig {

@@ -53,6 +53,8 @@ class JsonReader {
   // One of `allowed`, matched case-insensitively; returns (and writes back) the spelling in `allowed`.
   std::string get_choice(const std::string& key, const std::string& def, const std::vector<std::string>& allowed);
   std::array<double, 2> get_pair(const std::string& key, std::array<double, 2> def);
+  // A list of strings, each one of `allowed`; absent: empty.
+  std::vector<std::string> get_string_list(const std::string& key, const std::vector<std::string>& allowed);
 
   // A nested object; absent or null becomes {} (written out, so defaults appear in the resolved config).
   JsonReader section(const std::string& key);

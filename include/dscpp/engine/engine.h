@@ -17,6 +17,7 @@
 #include "dscpp/activation/checkpointing.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/comm/comm.h"
+#include "dscpp/comm/comms_logger.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/partitioned_init.h"
@@ -100,6 +101,10 @@ class Engine {
     return checkpointing_->checkpoint(std::move(block), input);
   }
   CheckpointStats checkpoint_stats() const { return checkpointing_->stats(); }
+
+  // comms_logger: what every collective of this rank cost so far (null when the logger is off). Its summary is also
+  // logged when the engine is destroyed.
+  const CommsLogger* comms_logger() const { return comms_logger_.get(); }
 
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
   // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
@@ -218,7 +223,8 @@ class Engine {
 
   Config config_;
   std::shared_ptr<torch::nn::Module> model_;
-  std::shared_ptr<Comm> comm_;
+  std::shared_ptr<Comm> comm_;  // with comms_logger, the logging decorator around the process group's comm
+  std::shared_ptr<CommsLogger> comms_logger_;
   std::function<void(const std::string&)> log_;
   torch::ScalarType dtype_;
   std::unique_ptr<FlatParams> flat_;  // stages 0-2: every parameter as a view of one buffer; stage 3 has none

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <iomanip>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -12,6 +13,7 @@
 #include "data/token_dataset.h"
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/dscpp.h"
+#include "dscpp/monitor/flops_profiler.h"
 #include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/metrics_jsonl.h"
 #include "dscpp/monitor/step_log.h"
@@ -50,6 +52,7 @@ struct Args {
   bool zero_init = true;
   bool activation_checkpointing = false;
   double dropout = 0.0;
+  std::optional<double> peak_tflops;  // per rank; default: measured
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
   int64_t micro_batch = 8, grad_accum = 1;
@@ -98,6 +101,9 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--init_from", a.init_from,
                  "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
+  app.add_option("--peak_tflops", a.peak_tflops,
+                 "the device's peak TFLOP/s in the compute dtype, for MFU (default: measured with a matmul)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--zero_init", a.zero_init,
                  "ZeRO-3: build the model partitioned, one block at a time (DeepSpeed's zero.Init; default 1); 0 "
                  "builds it whole on every rank first");
@@ -162,6 +168,11 @@ void init_from_hf(dscpp::Engine& engine, torch::nn::Module& model, const std::st
     return weights->read(name, shape);
   });
   if (rank == 0) std::cerr << "[gpt-train] initialised from " << path << std::endl;
+}
+
+torch::Device engine_device(torch::nn::Module& model) {
+  for (const auto& p : model.parameters()) return p.device();
+  return torch::kCPU;
 }
 
 int run(const Args& a) {
@@ -240,6 +251,14 @@ int run(const Args& a) {
               << "; ZeRO stage " << config.zero.stage << std::endl;
   }
 
+  // MFU: the model's training FLOPs (3 × the forward's matrix products, recomputation not counted) per second over
+  // the rank's peak.
+  const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
+                                          : dscpp::measure_peak_flops(engine->compute_dtype(), engine_device(*model));
+  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows;
+  double mfu_sum = 0;
+  int64_t mfu_steps = 0;
+
   std::optional<dscpp::MetricsJsonl> metrics;
   if (!a.metrics.empty() && rank == 0) metrics.emplace(a.metrics);
   for (int64_t step = engine->global_steps(); step < a.steps; ++step) {
@@ -256,12 +275,14 @@ int run(const Args& a) {
     const auto& r = engine->last_step();
     const double tokens_per_s = batch.train_batch_size * seq_len / (step_ms / 1000.0);
     progress.update(r.step, r.loss, tokens_per_s);
+    const double mfu = step_flops / (step_ms / 1000.0) / peak_flops;
+    if (step > 0) mfu_sum += mfu, ++mfu_steps;  // the first step pays for warm-up
     if (metrics) {
       const auto mem = engine->memory();
       const auto timers = engine->stage_timers();
       metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
                       {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
-                      {"tokens_per_s", tokens_per_s}, {"world_size", world},
+                      {"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"world_size", world},
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
@@ -281,7 +302,12 @@ int run(const Args& a) {
   }
   if (rank == 0) {
     std::cerr << "[gpt-train] done: " << engine->global_steps() << " steps, final loss " << engine->last_step().loss
-              << ", skipped " << engine->skipped_steps() << std::endl;
+              << ", skipped " << engine->skipped_steps();
+    if (mfu_steps > 0) {
+      std::cerr << "; MFU " << std::fixed << std::setprecision(1) << 100.0 * mfu_sum / mfu_steps << "% of "
+                << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank" << (a.peak_tflops ? "" : " (measured)");
+    }
+    std::cerr << std::endl;
   }
   return 0;
 }

@@ -34,7 +34,8 @@ FlopsProfilerConfig parse_flops_profiler(JsonReader& s) {
   c.top_modules = static_cast<int>(s.get_int("top_modules", 1, 0, 1'000'000));
   c.detailed = s.get_bool("detailed", true);
   c.output_file = s.get_optional_string("output_file").value_or("");
-  s.accept({"recompute_fwd_factor"});
+  c.recompute_fwd_factor = s.get_number("recompute_fwd_factor", 0.0);
+  s.require(c.recompute_fwd_factor >= 0, "recompute_fwd_factor", "a number >= 0");
   s.finish();
   return c;
 }

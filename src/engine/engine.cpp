@@ -2,6 +2,7 @@
 #include "dscpp/engine/engine.h"
 
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -180,6 +181,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
   if (config_.memory_breakdown) CpuMemoryTracker::install();
+  for (const auto& [name, unit] : unit_names(*model_, options.gather_units)) unit_name_.emplace(unit, name);
   checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,
                                                              options.activation_partition_group);
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
@@ -250,10 +252,42 @@ torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
   }
   stage_->before_forward();
   checkpointing_->begin_forward();
+  const auto& flops = config_.flops_profiler;
+  if (flops.enabled && global_steps_ + 1 == flops.profile_step) flops_counter_ = std::make_unique<FlopsCounter>();
   auto loss = loss_fn();
+  if (flops_counter_) {
+    flops_profile_.forward_flops += flops_counter_->total();
+    for (const auto& [name, n] : flops_counter_->by_module()) flops_profile_.by_module[name] += n;
+    for (const auto& [op, n] : flops_counter_->by_op()) flops_profile_.by_op[op] += n;
+    ++flops_profile_.micro_steps;
+    flops_counter_.reset();
+  }
   stage_->after_forward(loss);
   add_time(Phase::kForward, start);
   return loss;
+}
+
+torch::Tensor Engine::run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward) {
+  if (!flops_counter_) return stage_->run_unit(unit, unit_forward);
+  auto it = unit_name_.find(&unit);
+  FlopsCounter::Scope scope(it == unit_name_.end() ? std::string("(unit)") : it->second);
+  return stage_->run_unit(unit, unit_forward);
+}
+
+void Engine::profile_flops(const StepReport& report) {
+  const auto& config = config_.flops_profiler;
+  flops_profile_.step = report.step;
+  flops_profile_.recompute_fwd_factor = config.recompute_fwd_factor;
+  flops_profile_.step_s = report.times[Phase::kForward] + report.times[Phase::kBackward] + report.times[Phase::kStep];
+  flops_profile_.peak_flops = measure_peak_flops(dtype_, loss_sum_.device());
+  const auto text = "[deepspeed.cpp] " + describe(flops_profile_, config.top_modules, config.module_depth, config.detailed);
+  if (config.output_file.empty()) {
+    log_(text);
+  } else if (rank() == 0) {
+    std::ofstream out(config.output_file, std::ios::app);
+    out << text << '\n';
+    if (!out) log_("[deepspeed.cpp] flops_profiler.output_file " + config.output_file + ": cannot write; " + text);
+  }
 }
 
 void Engine::add_time(Phase phase, int64_t start_ns) {
@@ -294,6 +328,7 @@ bool Engine::step() {
   print_window_.add(step_times_);
   step_times_ = PhaseTimes{};
   last_step_ = report;
+  if (config_.flops_profiler.enabled && report.step == config_.flops_profiler.profile_step) profile_flops(report);
   log_step(report);
   write_monitors(report);
   return !report.skipped;

@@ -308,3 +308,71 @@ TEST(Engine, ReportsModelStateMemory) {
 
 }  // namespace
 }  // namespace dscpp::testing
+
+namespace dscpp::testing {
+namespace {
+
+// flops_profiler: the profiled step counts exactly the Mlp's products (x·W1ᵀ then h·W2ᵀ, 2 FLOPs per multiply-add)
+// over both micro-steps, prints them with an MFU, and no other step is counted.
+TEST(Engine, FlopsProfilerCountsTheProfiledStepsForwards) {
+  auto model = Mlp();
+  std::vector<std::string> lines;
+  InitOptions options;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
+      "flops_profiler": {"enabled": true, "profile_step": 2, "recompute_fwd_factor": 1},
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"), options);
+  auto [x, y] = regression_data(4);
+  for (int micro = 0; micro < 6; ++micro) {
+    engine->backward(engine->forward([&] { return model->loss(x, y); }));
+    engine->step();
+    if (micro == 1) {
+      EXPECT_EQ(engine->flops_profile().forward_flops, 0) << "step 1 is not the profiled step";
+    }
+  }
+  const auto& profile = engine->flops_profile();
+  EXPECT_EQ(profile.step, 2);
+  EXPECT_EQ(profile.micro_steps, 2);
+  const int64_t per_micro_step = 2 * 4 * 8 * 16 + 2 * 4 * 16 * 1;
+  EXPECT_EQ(profile.forward_flops, 2 * per_micro_step);
+  EXPECT_DOUBLE_EQ(profile.step_flops(), 4.0 * 2 * per_micro_step) << "backward 2× and one recompute";
+  EXPECT_GT(profile.peak_flops, 0);
+  EXPECT_GT(profile.mfu(), 0);
+  int printed = 0;
+  for (const auto& line : lines) printed += line.find("flops profiler, step 2") != std::string::npos;
+  EXPECT_EQ(printed, 1);
+}
+
+// memory_breakdown: one line per rank every steps_per_print, naming every part; activations measured.
+TEST(Engine, MemoryBreakdownPrintsEveryPartWithMeasuredActivations) {
+  auto model = Mlp();
+  std::vector<std::string> lines;
+  InitOptions options;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "steps_per_print": 2,
+      "memory_breakdown": true, "optimizer": {"type": "Adam", "params": {"lr": 0.01}}})"), options);
+  auto [x, y] = regression_data(4);
+  for (int step = 0; step < 4; ++step) {
+    engine->backward(engine->forward([&] { return model->loss(x, y); }));
+    engine->step();
+  }
+  std::vector<std::string> breakdowns;
+  for (const auto& line : lines) {
+    if (line.find("memory rank 0:") != std::string::npos) breakdowns.push_back(line);
+  }
+  ASSERT_EQ(breakdowns.size(), 2u);
+  for (const char* part : {"params", "grads", "fp32 master", "optimizer state", "comm buffers", "activations peak",
+                           "host offload", "nvme", "rss"}) {
+    EXPECT_NE(breakdowns[0].find(part), std::string::npos) << part << " in " << breakdowns[0];
+  }
+  const auto b = engine->memory_breakdown();
+  // At least the (4, 16) hidden activation and its tanh kept for backward.
+  EXPECT_GE(b.activations_peak, 2 * 4 * 16 * 4);
+  EXPECT_LT(b.activations_peak, 1 << 20);
+  EXPECT_EQ(b.nvme, 0);
+  EXPECT_GT(b.rss, 0);
+  EXPECT_EQ(b.states.optimizer_state, engine->memory().optimizer_state);
+}
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -72,6 +72,11 @@ void GptConfig::validate() const {
   }
 }
 
+int64_t GptConfig::forward_flops(int64_t T) const {
+  const int64_t C = n_embd;
+  return n_layer * (24 * T * C * C + 4 * T * T * C) + 2 * T * C * vocab_size;
+}
+
 int64_t GptConfig::num_params() const {
   const int64_t C = n_embd;
   const int64_t layer_norm = 2 * C;

@@ -30,6 +30,9 @@ struct GptConfig {
   int64_t num_params() const;
 
   int64_t head_dim() const { return n_embd / n_head; }
+  // Matrix-product FLOPs of one forward over one sequence of `seq_len` tokens: per block 24·T·C² + 4·T²·C, and the
+  // tied head 2·T·C·V (what dscpp::FlopsCounter counts). Training is 3× this (backward = 2 × forward).
+  int64_t forward_flops(int64_t seq_len) const;
 };
 
 }  // namespace gpt

@@ -95,6 +95,7 @@ struct FlopsProfilerConfig {
   int top_modules = 1;
   bool detailed = true;
   std::string output_file;
+  double recompute_fwd_factor = 0.0;  // forwards recomputed in backward (activation checkpointing), in forwards
 };
 
 struct CommsLoggerConfig {

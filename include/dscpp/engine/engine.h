@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -21,6 +22,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/monitor/flops_profiler.h"
 #include "dscpp/monitor/monitor.h"
 #include "dscpp/monitor/wall_clock.h"
 #include "dscpp/offload/optimizer_offload.h"
@@ -89,9 +91,8 @@ class Engine {
   // gathered first (prefetched once the order is known), gathered again before its backward and released after
   // each; other stages just call `unit_forward`. A unit's parameters must not be touched outside its run_unit
   // under ZeRO-3: between uses they hold no memory.
-  torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward) {
-    return stage_->run_unit(unit, unit_forward);
-  }
+  // With the flops profiler counting, the unit's FLOPs are attributed to its name.
+  torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward);
 
   // Inside forward: block(input) with activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint):
   // only `input` is kept, in the form the config's activation_checkpointing section asks for, and the block runs
@@ -105,6 +106,9 @@ class Engine {
   // comms_logger: what every collective of this rank cost so far (null when the logger is off). Its summary is also
   // logged when the engine is destroyed.
   const CommsLogger* comms_logger() const { return comms_logger_.get(); }
+
+  // flops_profiler: the profiled step (flops_profiler.profile_step), once it has run; step 0 before.
+  const FlopsProfile& flops_profile() const { return flops_profile_; }
 
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
   // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
@@ -185,6 +189,8 @@ class Engine {
   void log_step(const StepReport& report);
   // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
   void write_monitors(const StepReport& report);
+  // flops_profiler: completes flops_profile_ for the profiled step (measuring the peak) and prints it.
+  void profile_flops(const StepReport& report);
   // Seconds since `start_ns`, added to `phase` of the current optimizer step. With wall_clock_breakdown the device
   // is synchronized first, so asynchronous GPU work is counted where it ran.
   void add_time(Phase phase, int64_t start_ns);
@@ -234,6 +240,9 @@ class Engine {
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<ActivationCheckpointing> checkpointing_;
+  std::map<const torch::nn::Module*, std::string> unit_name_;  // gather units, for the flops profiler's scopes
+  std::unique_ptr<FlopsCounter> flops_counter_;  // during the profiled step's forwards
+  FlopsProfile flops_profile_;
   std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
 
   int64_t micro_steps_ = 0;

@@ -8,7 +8,7 @@ BUILD_DIR=${1:-build}
 PACKAGES=(build-essential cmake ccache git
   libtorch-dev libopenblas0-openmp libgloo-dev
   nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  liburing-dev libaio-dev)
+  liburing-dev libaio-dev protobuf-compiler libprotobuf-dev)
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -24,7 +24,6 @@ void check_supported(const Config& config) {
     reject("zero_optimization.offload_optimizer.ratio", "a value other than 1 (partial offload)");
   }
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
-  if (config.tensorboard.enabled) reject("tensorboard.enabled", "the TensorBoard monitor");
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
   // checkpoint.load_universal needs nothing: every checkpoint here loads on any world size and stage.

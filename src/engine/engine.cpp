@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <torch/cuda.h>
 
@@ -188,18 +189,23 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   // On the model's device (the master may be on the host, offloaded).
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
 
-  if (config_.csv_monitor.enabled) {
-    // Rank 0 writes the files; every rank learns whether it could, so none is left waiting in a collective.
+  // Rank 0 writes the monitors' files; every rank learns whether it could, so none is left waiting in a collective.
+  using MonitorFactory = std::unique_ptr<Monitor> (*)(const MonitorConfig&);
+  const std::vector<std::tuple<const char*, const MonitorConfig*, MonitorFactory>> monitors = {
+      {"csv_monitor", &config_.csv_monitor, &make_csv_monitor},
+      {"tensorboard", &config_.tensorboard, &make_tensorboard_monitor}};
+  for (const auto& [key, monitor_config, make] : monitors) {
+    if (!monitor_config->enabled) continue;
     std::string error;
     if (comm_->rank() == 0) {
       try {
-        monitors_.push_back(make_csv_monitor(config_.csv_monitor));
+        monitors_.push_back(make(*monitor_config));
       } catch (const std::exception& e) {
         error = e.what();
       }
     }
     if (comm_->side_all_gather({error.empty() ? 0 : 1})[0] != 0) {
-      throw std::runtime_error(error.empty() ? "csv_monitor: rank 0 could not create its directory (see its log)"
+      throw std::runtime_error(error.empty() ? std::string(key) + ": rank 0 could not create its directory (see its log)"
                                              : error);
     }
   }

@@ -171,11 +171,11 @@ TEST(Engine, SurvivesUserZeroGradSettingGradsToNone) {
 TEST(Engine, RejectsFeaturesNotBuiltYetNamingTheKey) {
   auto model = Mlp();
   try {
-    initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "tensorboard": {"enabled": true},
+    initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "wandb": {"enabled": true},
         "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
     FAIL() << "expected ConfigError";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("tensorboard.enabled"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("wandb.enabled"), std::string::npos) << e.what();
   }
 }
 

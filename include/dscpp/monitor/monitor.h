@@ -29,4 +29,10 @@ class Monitor {
 // it cannot be created.
 std::unique_ptr<Monitor> make_csv_monitor(const MonitorConfig& config);
 
+// tensorboard: a TensorBoard event file `output_path/job_name/events.out.tfevents.<unix time>.<host>`: a version
+// record, then one Event (wall time, step, one scalar under the event's name as tag) per event, each in TFRecord
+// framing with masked CRC-32C checksums, flushed after every write_events. Throws std::runtime_error naming the
+// directory when it cannot be created.
+std::unique_ptr<Monitor> make_tensorboard_monitor(const MonitorConfig& config);
+
 }  // namespace dscpp

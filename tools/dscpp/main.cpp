@@ -7,6 +7,8 @@
 #include "estimate_command.h"
 #include "launch_command.h"
 #include "plan_command.h"
+#include "plot_command.h"
+#include "report_command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"dscpp: the DeepSpeed training engine in C++"};
@@ -19,6 +21,9 @@ int main(int argc, char** argv) {
   CLI::App* estimate = dscpp::add_estimate_command(app, estimate_args);
   dscpp::ConsolidateArgs consolidate_args;
   CLI::App* consolidate = dscpp::add_consolidate_command(app, consolidate_args);
+  CLI::App* report = dscpp::add_report_command(app);
+  dscpp::PlotArgs plot_args;
+  CLI::App* plot = dscpp::add_plot_command(app, plot_args);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -30,6 +35,8 @@ int main(int argc, char** argv) {
     if (plan->parsed()) dscpp::run_plan(plan_args, std::cout, std::cerr);
     if (estimate->parsed()) dscpp::run_estimate(estimate_args, std::cout);
     if (consolidate->parsed()) dscpp::run_consolidate(consolidate_args, std::cout);
+    if (report->parsed()) dscpp::run_report(std::cout);
+    if (plot->parsed()) dscpp::run_plot(plot_args, std::cout, std::cerr);
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

@@ -1,0 +1,120 @@
+// `dscpp report`: one "name .... value" line per item.
+#include "report_command.h"
+
+#include <libaio.h>
+#include <liburing.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <sstream>
+#include <thread>
+
+#include "dscpp/compat/torch_compat.h"
+#include "dscpp/monitor/step_log.h"
+#include "dscpp/optim/cpu_adam.h"
+
+namespace dscpp {
+namespace {
+
+// The value after "key\t: " of the first /proc line starting with `key` (cpuinfo, meminfo).
+std::string proc_field(const char* file, const std::string& key) {
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(key, 0) != 0) continue;
+    const auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    auto value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(" \t"));
+    return value;
+  }
+  return "";
+}
+
+std::string cpu_flags() {
+  std::istringstream flags(proc_field("/proc/cpuinfo", "flags"));
+  std::string out;
+  for (std::string flag; flags >> flag;) {
+    for (const char* wanted : {"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16"}) {
+      if (flag == wanted) out += (out.empty() ? "" : " ") + flag;
+    }
+  }
+  return out.empty() ? "none of avx/avx2/fma/avx512" : out;
+}
+
+std::string io_uring_status() {
+  io_uring ring;
+  const int rc = io_uring_queue_init(2, &ring, 0);
+  if (rc < 0) return std::string("no (") + std::strerror(-rc) + "); NVMe offload falls back to libaio";
+  io_uring_queue_exit(&ring);
+  return "yes (liburing)";
+}
+
+std::string libaio_status() {
+  io_context_t ctx = nullptr;
+  const int rc = io_setup(1, &ctx);
+  if (rc < 0) return std::string("no (") + std::strerror(-rc) + ")";
+  io_destroy(ctx);
+  return "yes";
+}
+
+// BLAS_INFO / LAPACK_INFO from LibTorch's build configuration.
+std::string blas() {
+  std::istringstream config(at::show_config());
+  std::string out;
+  for (std::string line; std::getline(config, line);) {
+    for (const char* key : {"BLAS_INFO=", "LAPACK_INFO="}) {
+      const auto at = line.find(key);
+      if (at == std::string::npos) continue;
+      auto value = line.substr(at + std::strlen(key));
+      value = value.substr(0, value.find(','));
+      out += (out.empty() ? "" : ", ") + std::string(key).substr(0, std::strlen(key) - 1) + " " + value;
+    }
+  }
+  return out.empty() ? "(not reported by this LibTorch)" : out;
+}
+
+void row(std::ostream& out, const std::string& name, const std::string& value) {
+  out << std::left << std::setw(26) << std::setfill('.') << (name + " ") << ' ' << value << '\n';
+}
+
+}  // namespace
+
+CLI::App* add_report_command(CLI::App& app) {
+  return app.add_subcommand("report", "The environment: LibTorch, backends, CUDA, CPU SIMD, threads, BLAS, async "
+                                      "I/O, memory (DeepSpeed's ds_report)");
+}
+
+void run_report(std::ostream& out) {
+  out << "deepspeed.cpp environment report\n";
+  row(out, "deepspeed.cpp", DSCPP_VERSION);
+  row(out, "LibTorch", compat::torch_version());
+  row(out, "gloo backend", "yes (torch c10d)");
+#ifdef DSCPP_WITH_NCCL
+  row(out, "nccl backend", "yes (torch c10d)");
+#else
+  row(out, "nccl backend", "not compiled (this LibTorch has no CUDA)");
+#endif
+  const bool cuda = torch::cuda::is_available();
+  row(out, "CUDA", cuda ? "yes, " + std::to_string(torch::cuda::device_count()) + " device(s)" : "no");
+  row(out, "CPU", proc_field("/proc/cpuinfo", "model name") + ", " +
+                      std::to_string(std::thread::hardware_concurrency()) + " logical cores");
+  row(out, "CPU SIMD", cpu_flags());
+  row(out, "CPU Adam kernel", to_string(best_simd_path()));
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  row(out, "intra-op threads", std::to_string(at::get_num_threads()) + " (OMP_NUM_THREADS " +
+                                   (omp ? omp : "unset") + ")");
+  row(out, "BLAS", blas());
+  row(out, "io_uring", io_uring_status());
+  row(out, "libaio", libaio_status());
+  row(out, "memory", proc_field("/proc/meminfo", "MemTotal"));
+  std::error_code ec;
+  const auto space = std::filesystem::space(".", ec);
+  row(out, "disk free (.)", ec ? "unknown (" + ec.message() + ")" : format_bytes(static_cast<double>(space.available)));
+}
+
+}  // namespace dscpp

@@ -2,9 +2,9 @@
 #include "dscpp/engine/engine.h"
 
 #include <chrono>
-#include <fstream>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <map>
 #include <set>

@@ -32,7 +32,7 @@ class CountingAllocator final : public compat::WrappingAllocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr allocate(size_t n) const override {
+  c10::DataPtr wrapped_allocate(size_t n) const override {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     const auto device = inner.device();

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -72,12 +73,14 @@ inline void allocate_storage(const torch::Tensor& tensor, size_t nbytes) {
 
 inline size_t storage_bytes(const torch::Tensor& tensor) { return tensor.storage().nbytes(); }
 
-// An allocator that wraps another must, from 2.3 on, also say how to copy its memory (Allocator::copy_data is pure
-// virtual there); 1.13 has no such member. Derive from this instead of c10::Allocator.
+// An allocator that wraps LibTorch's. Allocator::allocate is const in 1.13 and not in later releases, which also add
+// a pure copy_data; declaring both forms of allocate (neither marked override) implements whichever the base has, so
+// subclasses implement wrapped_allocate once for every LibTorch.
 struct WrappingAllocator : c10::Allocator {
-#if DSCPP_TORCH_AT_LEAST(2, 3)
-  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
-#endif
+  c10::DataPtr allocate(size_t n) const { return wrapped_allocate(n); }
+  c10::DataPtr allocate(size_t n) { return wrapped_allocate(n); }
+  void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
+  virtual c10::DataPtr wrapped_allocate(size_t n) const = 0;
 };
 
 }  // namespace dscpp::compat

@@ -251,13 +251,11 @@ int run(const Args& a) {
               << "; ZeRO stage " << config.zero.stage << std::endl;
   }
 
-  // MFU: the model's training FLOPs (3 × the forward's matrix products, recomputation not counted) per second over
-  // the rank's peak.
-  const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
-                                          : dscpp::measure_peak_flops(engine->compute_dtype(), engine_device(*model));
+  // MFU: the model's training FLOPs per rank and step (3 × the forward's matrix products; recomputation is not
+  // model work) per second, over the rank's peak. The peak is measured once, after training, unless given.
   const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows;
-  double mfu_sum = 0;
-  int64_t mfu_steps = 0;
+  double flops_per_s_sum = 0;
+  int64_t timed_steps = 0;
 
   std::optional<dscpp::MetricsJsonl> metrics;
   if (!a.metrics.empty() && rank == 0) metrics.emplace(a.metrics);
@@ -275,14 +273,16 @@ int run(const Args& a) {
     const auto& r = engine->last_step();
     const double tokens_per_s = batch.train_batch_size * seq_len / (step_ms / 1000.0);
     progress.update(r.step, r.loss, tokens_per_s);
-    const double mfu = step_flops / (step_ms / 1000.0) / peak_flops;
-    if (step > 0) mfu_sum += mfu, ++mfu_steps;  // the first step pays for warm-up
+    const double model_flops_per_s = step_flops / (step_ms / 1000.0);
+    if (step > 0) flops_per_s_sum += model_flops_per_s, ++timed_steps;  // the first step pays for warm-up
     if (metrics) {
       const auto mem = engine->memory();
       const auto timers = engine->stage_timers();
       metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
                       {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
-                      {"tokens_per_s", tokens_per_s}, {"mfu", mfu}, {"world_size", world},
+                      {"tokens_per_s", tokens_per_s}, {"model_flops_per_s", model_flops_per_s},
+                      {"mfu", a.peak_tflops ? nlohmann::json(model_flops_per_s / (*a.peak_tflops * 1e12)) : nullptr},
+                      {"world_size", world},
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
@@ -303,8 +303,11 @@ int run(const Args& a) {
   if (rank == 0) {
     std::cerr << "[gpt-train] done: " << engine->global_steps() << " steps, final loss " << engine->last_step().loss
               << ", skipped " << engine->skipped_steps();
-    if (mfu_steps > 0) {
-      std::cerr << "; MFU " << std::fixed << std::setprecision(1) << 100.0 * mfu_sum / mfu_steps << "% of "
+    if (timed_steps > 0) {
+      const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
+                                              : dscpp::measure_peak_flops(engine->compute_dtype(), engine_device(*model));
+      std::cerr << "; MFU " << std::fixed << std::setprecision(1)
+                << 100.0 * flops_per_s_sum / timed_steps / peak_flops << "% of "
                 << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank" << (a.peak_tflops ? "" : " (measured)");
     }
     std::cerr << std::endl;

@@ -19,14 +19,22 @@ struct ActivationCheckpointing::Ledger {
   mutable std::mutex mutex;
   CheckpointStats stats;
 
-  void add_saved(int64_t bytes) {
+  // `seconds` are counted only with profile (0 otherwise).
+  void on_checkpoint(int64_t kept_bytes, double seconds) {
     std::lock_guard<std::mutex> lock(mutex);
-    stats.saved_bytes += bytes;
+    ++stats.checkpoints;
+    stats.forward_s += seconds;
+    stats.saved_bytes += kept_bytes;
     stats.peak_saved_bytes = std::max(stats.peak_saved_bytes, stats.saved_bytes);
   }
-  void remove_saved(int64_t bytes) {
+  void on_recompute(double seconds) {
     std::lock_guard<std::mutex> lock(mutex);
-    stats.saved_bytes -= bytes;
+    ++stats.recomputes;
+    stats.recompute_s += seconds;
+  }
+  void on_release(int64_t kept_bytes) {
+    std::lock_guard<std::mutex> lock(mutex);
+    stats.saved_bytes -= kept_bytes;
   }
 };
 
@@ -94,11 +102,7 @@ class RecomputeBlock final : public torch::autograd::Node {
       out = block_(x);
     }
     if (config_.synchronize_checkpoint_boundary) synchronize(kept_.device);
-    {
-      std::lock_guard<std::mutex> lock(ledger_->mutex);
-      ++ledger_->stats.recomputes;
-      if (config_.profile) ledger_->stats.recompute_s += seconds_since(start);
-    }
+    ledger_->on_recompute(config_.profile ? seconds_since(start) : 0.0);
     torch::autograd::backward({out}, {grads[0]});
     block_ = nullptr;  // drops whatever the block's closure holds
     return {input_requires_grad_ ? x.grad() : torch::Tensor()};
@@ -118,7 +122,7 @@ class RecomputeBlock final : public torch::autograd::Node {
   void release() {
     if (!kept_.data.defined()) return;
     kept_.data = torch::Tensor();
-    ledger_->remove_saved(kept_.bytes);
+    ledger_->on_release(kept_.bytes);
     if (kept_.slot >= 0) {
       std::lock_guard<std::mutex> lock(slots_->mutex);
       slots_->in_use[static_cast<size_t>(kept_.slot)] = false;
@@ -245,12 +249,7 @@ torch::Tensor ActivationCheckpointing::checkpoint(Block block, const torch::Tens
   kept.data = part;
   // A plain checkpoint keeps the input itself alive; its other forms are copies, and the input can go.
   kept.bytes = static_cast<int64_t>(part.nbytes());
-  ledger_->add_saved(kept.bytes);
-  {
-    std::lock_guard<std::mutex> lock(ledger_->mutex);
-    ++ledger_->stats.checkpoints;
-    if (config_.profile) ledger_->stats.forward_s += seconds_since(start);
-  }
+  ledger_->on_checkpoint(kept.bytes, config_.profile ? seconds_since(start) : 0.0);
 
   std::shared_ptr<RecomputeBlock> node(
       new RecomputeBlock(std::move(block), std::move(kept), std::move(rng), input.requires_grad(), config_, group_,

@@ -5,19 +5,12 @@
 #include <chrono>
 #include <cstdio>
 
+#include "dscpp/monitor/step_log.h"
+
 namespace dscpp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
-  char out[32];
-  std::snprintf(out, sizeof out, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
-  return out;
-}
 
 class LoggedComm final : public Comm {
  public:
@@ -103,8 +96,8 @@ void CommsLogger::record(const std::string& op, int64_t bytes, double seconds) {
   }
   if ((config_.verbose && rank_ == 0) || config_.debug) {
     char line[256];
-    std::snprintf(line, sizeof line, "[comms] rank %d: %s | %s | %.3f ms | algbw %s/s | busbw %s/s", rank_, op.c_str(), human_bytes(static_cast<double>(bytes)).c_str(),
-                  seconds * 1e3, human_bytes(algbw).c_str(), human_bytes(busbw).c_str());
+    std::snprintf(line, sizeof line, "[comms] rank %d: %s | %s | %.3f ms | algbw %s/s | busbw %s/s", rank_, op.c_str(), format_bytes(static_cast<double>(bytes)).c_str(),
+                  seconds * 1e3, format_bytes(algbw).c_str(), format_bytes(busbw).c_str());
     log_(line);
   }
 }
@@ -125,9 +118,9 @@ std::string CommsLogger::summary() const {
   for (const auto& [op, sizes] : all) {
     for (const auto& [bytes, s] : sizes) {
       std::snprintf(line, sizeof line, "%-15s %12s %8lld %12.3f %10.3f %10.3f %10.3f %12s/s %12s/s\n", op.c_str(),
-                    human_bytes(static_cast<double>(bytes)).c_str(), static_cast<long long>(s.count), s.total_s * 1e3,
+                    format_bytes(static_cast<double>(bytes)).c_str(), static_cast<long long>(s.count), s.total_s * 1e3,
                     s.total_s / s.count * 1e3, s.min_s * 1e3, s.max_s * 1e3,
-                    human_bytes(s.algbw_sum / s.count).c_str(), human_bytes(s.busbw_sum / s.count).c_str());
+                    format_bytes(s.algbw_sum / s.count).c_str(), format_bytes(s.busbw_sum / s.count).c_str());
       out += line;
     }
   }

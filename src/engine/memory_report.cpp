@@ -23,7 +23,7 @@ nlohmann::json to_json(const ModelStateMemory& m) {
 std::vector<int64_t> MemoryBreakdown::pack() const {
   const auto& s = states.stage;
   return {s.params16, s.grads16, s.master, s.buffers, s.persistent, s.gathered_peak, states.optimizer_state,
-          activations_peak, offloaded_host, nvme, rss, 0};
+          activations_peak, offloaded_host, nvme, rss};
 }
 
 MemoryBreakdown MemoryBreakdown::unpack(const int64_t* v) {

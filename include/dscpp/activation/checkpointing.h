@@ -58,7 +58,6 @@ class ActivationCheckpointing {
   void begin_forward();
 
   CheckpointStats stats() const;
-  const ActivationCheckpointingConfig& config() const { return config_; }
 
   // What was kept and where: where the memory went, for the log.
   struct Ledger;

@@ -35,7 +35,7 @@ struct MemoryBreakdown {
   // For gathering every rank's breakdown in one exchange.
   std::vector<int64_t> pack() const;
   static MemoryBreakdown unpack(const int64_t* values);
-  static constexpr size_t kPacked = 12;
+  static constexpr size_t kPacked = 11;
 };
 
 // "rank 0: params 1.2 MB (gathered peak 0 B), grads …, fp32 master …, optimizer state …, buffers …, activations

@@ -1,5 +1,8 @@
-// The counting CPU allocator: each allocation's DataPtr carries a small record of its size and the wrapped
-// allocator's own DataPtr; freeing the record subtracts the size and then frees the memory through the original.
+// The counting CPU allocator. It keeps the default CPU allocator's contract, because LibTorch relies on it: every
+// DataPtr's context is its data pointer and raw_deleter() frees given that pointer alone — oneDNN's scratch memory
+// (bf16 matmuls on AVX-512 CPUs, among others) comes through raw_allocate / raw_deallocate, which assert exactly that.
+// So the size of a live allocation cannot ride in its context; it is kept in a table keyed by the data pointer,
+// beside the wrapped allocator's own DataPtr (how c10's ProfiledCPUMemoryReporter keeps sizes too).
 #include "dscpp/monitor/memory_tracker.h"
 
 #include <c10/core/CPUAllocator.h>
@@ -7,26 +10,14 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <unordered_map>
 
 #include "dscpp/compat/torch_compat.h"
 
 namespace dscpp {
 namespace {
 
-std::atomic<int64_t> g_allocated{0};
-std::atomic<int64_t> g_peak{0};
-std::atomic<bool> g_installed{false};
-
-struct Allocation {
-  c10::DataPtr inner;
-  int64_t bytes;
-};
-
-void free_counted(void* ctx) {
-  auto* allocation = static_cast<Allocation*>(ctx);
-  g_allocated.fetch_sub(allocation->bytes, std::memory_order_relaxed);
-  delete allocation;  // frees the memory through the wrapped allocator's deleter
-}
+void free_counted(void* data);
 
 class CountingAllocator final : public compat::WrappingAllocator {
  public:
@@ -36,36 +27,98 @@ class CountingAllocator final : public compat::WrappingAllocator {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     const auto device = inner.device();
+    // Nothing to count or free (the default allocator's answer to 0 bytes); `inner` lets go of whatever it holds.
+    if (data == nullptr) return {nullptr, nullptr, &free_counted, device};
     const auto bytes = static_cast<int64_t>(n);
-    const int64_t now = g_allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
-    int64_t peak = g_peak.load(std::memory_order_relaxed);
-    while (now > peak && !g_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    bool inserted = false;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      inserted = live_.emplace(data, Live{std::move(inner), bytes}).second;
     }
-    return {data, new Allocation{std::move(inner), bytes}, &free_counted, device};
+    // An address is never live twice: release() erases a pointer before its memory is freed.
+    TORCH_INTERNAL_ASSERT(inserted, "CpuMemoryTracker: the CPU allocator returned an address that is still live");
+    const int64_t now = allocated_.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    return {data, data, &free_counted, device};
   }
 
-  // No raw deleter: a bare pointer does not say how many bytes to uncount, so raw_allocate is not offered.
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_counted; }
+
+  // Uncounts `data` and frees it through the wrapped allocator. A pointer not in the table was raw_allocate'd before
+  // install (a DataPtr made then keeps its own deleter): it goes back through the wrapped allocator's raw deleter,
+  // which exists, or its raw_allocate could not have handed the pointer out.
+  void release(void* data) const {
+    c10::DataPtr inner;
+    int64_t bytes = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto it = live_.find(data);
+      if (it == live_.end()) {
+        if (const auto deleter = inner_->raw_deleter()) deleter(data);
+        return;
+      }
+      inner = std::move(it->second.inner);
+      bytes = it->second.bytes;
+      live_.erase(it);
+    }
+    allocated_.fetch_sub(bytes, std::memory_order_relaxed);
+    // `inner` frees the memory as it goes out of scope, outside the lock.
+  }
+
+  int64_t allocated() const { return allocated_.load(std::memory_order_relaxed); }
+  int64_t peak() const { return std::max(peak_.load(std::memory_order_relaxed), allocated()); }
+  void reset_peak() const { peak_.store(allocated(), std::memory_order_relaxed); }
 
  private:
+  struct Live {
+    c10::DataPtr inner;  // the wrapped allocator's allocation; destroying it frees the memory
+    int64_t bytes;       // as asked for, so the count is exactly what tensors hold
+  };
+
   c10::Allocator* inner_;
+  // mutable: LibTorch 1.13 allocates through a const method.
+  mutable std::mutex mutex_;
+  mutable std::unordered_map<void*, Live> live_;
+  mutable std::atomic<int64_t> allocated_{0};
+  mutable std::atomic<int64_t> peak_{0};
 };
+
+// The one instance, made by install() and never destroyed (storages made after it keep a pointer to it). A global
+// because the deleter is a plain function that is given the data pointer and nothing else.
+std::atomic<CountingAllocator*> g_allocator{nullptr};
+
+void free_counted(void* data) {
+  if (data == nullptr) return;
+  g_allocator.load(std::memory_order_acquire)->release(data);
+}
 
 }  // namespace
 
 void CpuMemoryTracker::install() {
   static std::once_flag once;
   std::call_once(once, [] {
-    // Lives as long as the process: storages made after this keep a pointer to it.
     static CountingAllocator allocator(c10::GetCPUAllocator());
+    g_allocator.store(&allocator, std::memory_order_release);
     c10::SetCPUAllocator(&allocator, /*priority=*/100);
-    g_installed = true;
   });
 }
 
-bool CpuMemoryTracker::installed() { return g_installed; }
-int64_t CpuMemoryTracker::allocated() { return g_allocated.load(std::memory_order_relaxed); }
-int64_t CpuMemoryTracker::peak() { return std::max(g_peak.load(std::memory_order_relaxed), allocated()); }
-void CpuMemoryTracker::reset_peak() { g_peak.store(allocated(), std::memory_order_relaxed); }
+bool CpuMemoryTracker::installed() { return g_allocator.load(std::memory_order_acquire) != nullptr; }
+
+int64_t CpuMemoryTracker::allocated() {
+  const auto* allocator = g_allocator.load(std::memory_order_acquire);
+  return allocator ? allocator->allocated() : 0;
+}
+
+int64_t CpuMemoryTracker::peak() {
+  const auto* allocator = g_allocator.load(std::memory_order_acquire);
+  return allocator ? allocator->peak() : 0;
+}
+
+void CpuMemoryTracker::reset_peak() {
+  if (const auto* allocator = g_allocator.load(std::memory_order_acquire)) allocator->reset_peak();
+}
 
 }  // namespace dscpp

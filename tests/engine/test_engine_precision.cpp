@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "dscpp/dscpp.h"
+#include "dscpp/monitor/memory_tracker.h"
 #include "test_models.h"
 
 namespace dscpp::testing {
@@ -136,6 +137,57 @@ TEST(EnginePrecision, Bf16TrainsWithFp32Master) {
     losses.push_back(engine->last_step().loss);
   }
   EXPECT_LT(losses.back(), 0.5 * losses.front()) << "first " << losses.front() << " last " << losses.back();
+}
+
+// A model whose matmuls are large enough for oneDNN's bf16 kernel where the CPU has AVX-512 (above 16³
+// multiply-adds); oneDNN takes scratch memory through the CPU allocator's raw interface.
+struct WideMlpImpl : torch::nn::Module {
+  WideMlpImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(64, 256));
+    fc2 = register_module("fc2", torch::nn::Linear(256, 1));
+  }
+  torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) {
+    const auto out = fc2->forward(torch::tanh(fc1->forward(x.to(fc1->weight.scalar_type()))));
+    return torch::mse_loss(out.to(torch::kFloat32), y);
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(WideMlp);
+
+// "memory_breakdown": true puts the counting CPU allocator in front of LibTorch's. bf16 training then goes as it
+// does without it, bit for bit (it aborted in oneDNN's raw_allocate on AVX-512 CPUs), and the activations are
+// measured. The run without comes first: the allocator stays for the rest of the process.
+TEST(EnginePrecision, Bf16WithMemoryBreakdownTrainsExactlyAsWithout) {
+  if (CpuMemoryTracker::installed()) GTEST_SKIP() << "needs a process of its own (ctest gives each test one)";
+  torch::manual_seed(3);
+  const auto x = torch::randn({32, 64});
+  const auto y = x.narrow(1, 0, 1).sin();
+  const auto train = [&](bool memory_breakdown, int64_t* activations_peak) {
+    torch::manual_seed(0);
+    auto model = WideMlp();
+    InitOptions init;
+    init.log = [](const std::string&) {};
+    auto engine = initialize(model.ptr(), config_from(std::string(R"({"train_batch_size": 32, "bf16": {"enabled": true},
+        "optimizer": {"type": "Adam", "params": {"lr": 0.01}}, "memory_breakdown": )") +
+                                                      (memory_breakdown ? "true" : "false") + "}"),
+                             init);
+    std::vector<double> losses;
+    for (int i = 0; i < 8; ++i) {
+      engine->backward(engine->forward([&] { return model->loss(x, y); }));
+      engine->step();
+      losses.push_back(engine->last_step().loss);
+    }
+    *activations_peak = engine->memory_breakdown().activations_peak;
+    return losses;
+  };
+  int64_t peak_without = 0, peak_with = 0;
+  const auto without = train(false, &peak_without);
+  const auto with = train(true, &peak_with);
+  EXPECT_TRUE(CpuMemoryTracker::installed());
+  EXPECT_EQ(with, without);
+  EXPECT_LT(with.back(), with.front());
+  EXPECT_GE(peak_with, 32 * 256 * 2) << "at least the bf16 hidden activation, kept for backward";
+  EXPECT_LT(peak_with, 1 << 20);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// CpuMemoryTracker: the bytes LibTorch's CPU tensors hold now and at most, counted by wrapping the CPU allocator.
-// RSS cannot tell activations from model states or from memory malloc keeps after a free; this counts exactly what
-// tensors hold, so "how much did this forward and backward need" has an answer on a machine without a GPU (where
-// the CUDA caching allocator keeps such statistics itself).
+// CpuMemoryTracker: the bytes LibTorch holds through its CPU allocator (tensors, and kernels' scratch memory such as
+// oneDNN's) now and at most, counted by wrapping that allocator. RSS cannot tell activations from model states or
+// from memory malloc keeps after a free; this counts exactly what is held, so "how much did this forward and
+// backward need" has an answer on a machine without a GPU (where the CUDA caching allocator keeps such statistics).
 #pragma once
 
 #include <cstdint>

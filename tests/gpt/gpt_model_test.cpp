@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "model/attention.h"
+#include "model/block.h"
 #include "model/gpt.h"
 
 namespace gpt {
@@ -136,6 +139,48 @@ TEST(GptModel, Bf16ForwardBackwardIsFinite) {
     EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();
   }
   EXPECT_GT(model->wte->weight.grad().abs().sum().item<double>(), 0.0);
+}
+
+// bf16 rounds as PyTorch does: each linear layer is one addmm over the (B·T, C) view, as PyTorch's F.linear and HF
+// GPT-2's Conv1D compute it, so x·Wᵀ + b is rounded once. The block's forward equals a reference built that way bit
+// for bit; the same reference with matmul then += bias (LibTorch 1.13's C++ Linear on 3-D input) differs, so the
+// comparison can tell the two apart.
+TEST(GptModel, Bf16BlockRoundsEachLinearOnceAsPyTorchDoes) {
+  torch::manual_seed(6);
+  const auto c = GptConfig::preset("tiny", 256);
+  Block block(c);
+  block->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  for (auto& p : block->parameters()) p.add_(torch::randn_like(p) * 0.1);  // biases too: they are what is rounded
+  const int64_t B = 2, T = 32, C = c.n_embd;
+  const auto x = torch::randn({B, T, C}).to(torch::kBFloat16);
+
+  using Linear = std::function<torch::Tensor(const torch::Tensor&, const torch::nn::Linear&)>;
+  const Linear fused = [](const torch::Tensor& in, const torch::nn::Linear& l) {
+    const auto rows = in.reshape({-1, in.size(-1)});
+    return torch::addmm(l->bias, rows, l->weight.t()).view({in.size(0), in.size(1), -1});
+  };
+  const Linear unfused = [](const torch::Tensor& in, const torch::nn::Linear& l) {
+    auto out = torch::matmul(in, l->weight.t());
+    out += l->bias;
+    return out;
+  };
+  const auto reference = [&](const Linear& linear) {
+    const auto attn = [&](const torch::Tensor& in) {
+      const auto qkv = linear(in, block->attn->c_attn).split(C, 2);
+      const auto heads = [&](const torch::Tensor& t) { return t.view({B, T, c.n_head, C / c.n_head}).transpose(1, 2); };
+      const auto y = causal_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]));
+      return linear(y.transpose(1, 2).contiguous().view({B, T, C}), block->attn->c_proj);
+    };
+    const auto mlp = [&](const torch::Tensor& in) {
+      return linear(torch::gelu(linear(in, block->mlp->c_fc), "tanh"), block->mlp->c_proj);
+    };
+    const auto h = x + attn(block->ln_1->forward(x));
+    return h + mlp(block->ln_2->forward(h));
+  };
+  const auto want = reference(fused);
+  EXPECT_TRUE(torch::equal(block->forward(x), want));
+  EXPECT_FALSE(torch::equal(reference(unfused), want)) << "the two roundings should differ somewhere";
 }
 
 TEST(GptModel, AdamWOverfitsOneBatch) {

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "model/linear.h"
+
 namespace gpt {
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -34,13 +36,13 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const auto qkv = c_attn->forward(x).split(C, /*dim=*/2);  // 3 × (B, T, C)
+  const auto qkv = linear(c_attn, x).split(C, /*dim=*/2);  // 3 × (B, T, C)
   const auto to_heads = [&](const torch::Tensor& t) {
     return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
   };
   const double p = is_training() ? dropout_ : 0.0;
   const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p);
-  auto out = c_proj->forward(y.transpose(1, 2).contiguous().view({B, T, C}));
+  auto out = linear(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}));
   return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
 }
 

@@ -77,7 +77,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& x) {
-  return torch::nn::functional::linear(ln_f->forward(x), wte->weight);
+  return torch::linear(ln_f->forward(x), wte->weight);  // no bias: one matmul either way
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {

@@ -1,6 +1,8 @@
 // GPT-2 MLP. GPT-2 was trained with the tanh approximation of GELU ("gelu_new" in HF), so loaded weights need it.
 #include "model/mlp.h"
 
+#include "model/linear.h"
+
 namespace gpt {
 
 MlpImpl::MlpImpl(const GptConfig& config) : dropout_(config.dropout) {
@@ -9,7 +11,7 @@ MlpImpl::MlpImpl(const GptConfig& config) : dropout_(config.dropout) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto y = c_proj->forward(torch::gelu(c_fc->forward(x), "tanh"));
+  auto y = linear(c_proj, torch::gelu(linear(c_fc, x), "tanh"));
   return dropout_ > 0 && is_training() ? torch::dropout(y, dropout_, /*train=*/true) : y;
 }
 

@@ -5,6 +5,8 @@
 
 #include <fstream>
 #include <regex>
+#include <set>
+#include <sstream>
 
 #include "../common/subprocess.h"
 
@@ -18,11 +20,40 @@ TEST(DscppReport, NamesLibTorchAndEveryProbe) {
   ASSERT_EQ(r.code, 0) << r.err;
   const std::string version = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + ".";
   EXPECT_NE(r.out.find("LibTorch ................. " + version), std::string::npos) << r.out;
-  for (const char* item : {"gloo backend", "nccl backend", "CUDA", "CPU SIMD", "CPU Adam kernel", "intra-op threads",
-                           "BLAS", "io_uring", "libaio", "memory", "disk free (.)"}) {
+  for (const char* item : {"gloo backend", "nccl backend", "CUDA", "CPU SIMD", "CPU Adam kernel", "ATen CPU kernels",
+                           "fp32 matmul", "bf16 matmul", "intra-op threads", "BLAS", "io_uring", "libaio", "memory",
+                           "disk free (.)"}) {
     EXPECT_NE(r.out.find(std::string(item) + " ."), std::string::npos) << item << " in\n" << r.out;
   }
   EXPECT_TRUE(std::regex_search(r.out, std::regex("io_uring \\.+ (yes|no \\()"))) << r.out;
+}
+
+// Which kernels this CPU gets, read from /proc/cpuinfo independently of the report's own probes: oneDNN's bf16
+// matmul where the CPU has AVX-512 BW, VL and DQ (LibTorch's rule), ATen's loop elsewhere; the CPU Adam kernel.
+TEST(DscppReport, SaysWhichKernelsThisCpuSelects) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::set<std::string> flags;
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string flag; words >> flag;) flags.insert(flag);
+    break;
+  }
+  ASSERT_FALSE(flags.empty()) << "no flags line in /proc/cpuinfo";
+  const auto r = run_command(kDscpp + " report");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const bool avx512 = flags.count("avx512f") && flags.count("avx512bw");
+  const bool onednn_bf16 = flags.count("avx512bw") && flags.count("avx512vl") && flags.count("avx512dq");
+  const bool avx2 = flags.count("avx2") && flags.count("fma") && flags.count("f16c");
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("bf16 matmul \\.+ ") +
+                                                  (onednn_bf16 ? "oneDNN" : "ATen loop"))))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex(std::string("CPU Adam kernel \\.+ ") +
+                                                  (avx512 ? "avx512" : avx2 ? "avx2" : "scalar"))))
+      << r.out;
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("ATen CPU kernels \\.+ [A-Z0-9 ]+ \\(ATEN_CPU_CAPABILITY ")))
+      << r.out;
+  if (flags.count("avx512_bf16")) EXPECT_NE(r.out.find("avx512_bf16"), std::string::npos) << r.out;
 }
 
 // The polylines' points, panel by panel (loss, lr, tokens/s).

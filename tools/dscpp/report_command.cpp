@@ -1,6 +1,7 @@
 // `dscpp report`: one "name .... value" line per item.
 #include "report_command.h"
 
+#include <dlfcn.h>
 #include <libaio.h>
 #include <liburing.h>
 #include <torch/cuda.h>
@@ -39,11 +40,43 @@ std::string cpu_flags() {
   std::istringstream flags(proc_field("/proc/cpuinfo", "flags"));
   std::string out;
   for (std::string flag; flags >> flag;) {
-    for (const char* wanted : {"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_bf16", "amx_bf16"}) {
+    for (const char* wanted : {"avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                               "avx512_bf16", "amx_bf16"}) {
       if (flag == wanted) out += (out.empty() ? "" : " ") + flag;
     }
   }
   return out.empty() ? "none of avx/avx2/fma/avx512" : out;
+}
+
+// The vectorised ATen kernels LibTorch dispatches to on this CPU (elementwise ops, softmax, norms...), as its build
+// configuration reports them (the dispatcher's own query is not exported).
+std::string aten_kernels() {
+  const char* forced = std::getenv("ATEN_CPU_CAPABILITY");
+  const std::string key = "CPU capability usage: ";
+  const auto config = at::show_config();
+  const auto at = config.find(key);
+  const std::string used = at == std::string::npos
+                               ? "not reported"
+                               : config.substr(at + key.size(), config.find('\n', at) - at - key.size());
+  return used + " (ATEN_CPU_CAPABILITY " + (forced ? forced : "unset") + ")";
+}
+
+// fp32 matrix products go to the BLAS LibTorch links; OpenBLAS picks its kernels by CPU at load time and says which.
+std::string fp32_matmul() {
+  using Info = char* (*)();
+  const auto config = reinterpret_cast<Info>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  const auto core = reinterpret_cast<Info>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (!config || !core) return "BLAS (not OpenBLAS: kernels not reported)";
+  return std::string(config()) + " (" + core() + " kernels)";
+}
+
+std::string bf16_matmul() {
+  if (compat::cpu_bf16_matmul_uses_onednn()) {
+    return "oneDNN (" + at::get_mkldnn_version() + "; the CPU has AVX-512 BW/VL/DQ)";
+  }
+  if (!at::hasMKLDNN()) return "ATen loop, fp32 accumulation (this LibTorch has no oneDNN)";
+  if (!at::globalContext().userEnabledMkldnn()) return "ATen loop, fp32 accumulation (oneDNN disabled)";
+  return "ATen loop, fp32 accumulation (no AVX-512 BW/VL/DQ for oneDNN)";
 }
 
 std::string io_uring_status() {
@@ -105,6 +138,9 @@ void run_report(std::ostream& out) {
                       std::to_string(std::thread::hardware_concurrency()) + " logical cores");
   row(out, "CPU SIMD", cpu_flags());
   row(out, "CPU Adam kernel", to_string(best_simd_path()));
+  row(out, "ATen CPU kernels", aten_kernels());
+  row(out, "fp32 matmul", fp32_matmul());
+  row(out, "bf16 matmul", bf16_matmul());
   const char* omp = std::getenv("OMP_NUM_THREADS");
   row(out, "intra-op threads", std::to_string(at::get_num_threads()) + " (OMP_NUM_THREADS " +
                                    (omp ? omp : "unset") + ")");

@@ -26,6 +26,15 @@ inline std::string torch_version() {
 // 1.13's CPU kernels have no fp16 matmul; 2.x has. Tests and examples that need fp16 compute on CPU ask here.
 constexpr bool kCpuHalfMatmul = DSCPP_TORCH_AT_LEAST(2, 0);
 
+// Whether LibTorch's CPU bf16 matrix products (mm, addmm, bmm above 16³ multiply-adds) run on oneDNN rather than
+// ATen's own loop. Both accumulate in fp32 and round once, in different orders, so their bits differ; oneDNN also
+// takes scratch memory through the CPU allocator's raw interface. The rule is ATen's mkldnn_bf16_device_check:
+// oneDNN built in and enabled, and a CPU with AVX-512 BW, VL and DQ (2.x adds AVX2-VNNI-2 CPUs, not told apart here).
+inline bool cpu_bf16_matmul_uses_onednn() {
+  return at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
 // Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()`: a post hook on the
 // parameter's AccumulateGrad node, the node DeepSpeed hooks too (2.1+ also offers register_post_accumulate_grad_hook;
 // 1.13 does not). The hook lives as long as the returned object: it keeps the node alive (the parameter holds it

@@ -47,24 +47,20 @@ class CountingAllocator final : public compat::WrappingAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return &free_counted; }
 
   // Uncounts `data` and frees it through the wrapped allocator. A pointer not in the table was raw_allocate'd before
-  // install (a DataPtr made then keeps its own deleter): it goes back through the wrapped allocator's raw deleter,
-  // which exists, or its raw_allocate could not have handed the pointer out.
+  // install (a DataPtr made then keeps its own deleter): it goes to the wrapped allocator's raw deleter, the one
+  // raw_deallocate would have called before install.
   void release(void* data) const {
-    c10::DataPtr inner;
-    int64_t bytes = 0;
+    decltype(live_)::node_type live;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      const auto it = live_.find(data);
-      if (it == live_.end()) {
-        if (const auto deleter = inner_->raw_deleter()) deleter(data);
-        return;
-      }
-      inner = std::move(it->second.inner);
-      bytes = it->second.bytes;
-      live_.erase(it);
+      live = live_.extract(data);
     }
-    allocated_.fetch_sub(bytes, std::memory_order_relaxed);
-    // `inner` frees the memory as it goes out of scope, outside the lock.
+    if (live.empty()) {
+      if (const auto deleter = inner_->raw_deleter()) deleter(data);
+      return;
+    }
+    allocated_.fetch_sub(live.mapped().bytes, std::memory_order_relaxed);
+    // `live` frees the memory, then its own node, as it goes out of scope outside the lock.
   }
 
   int64_t allocated() const { return allocated_.load(std::memory_order_relaxed); }
@@ -99,9 +95,11 @@ void free_counted(void* data) {
 void CpuMemoryTracker::install() {
   static std::once_flag once;
   std::call_once(once, [] {
-    static CountingAllocator allocator(c10::GetCPUAllocator());
-    g_allocator.store(&allocator, std::memory_order_release);
-    c10::SetCPUAllocator(&allocator, /*priority=*/100);
+    // Leaked on purpose: LibTorch's own statics (caches holding tensors, oneDNN's scratch) free through it at exit,
+    // after the destructors of this file's statics would have run.
+    auto* allocator = new CountingAllocator(c10::GetCPUAllocator());
+    g_allocator.store(allocator, std::memory_order_release);
+    c10::SetCPUAllocator(allocator, /*priority=*/100);
   });
 }
 

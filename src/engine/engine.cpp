@@ -15,6 +15,7 @@
 
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
+#include "dscpp/engine/host_malloc.h"
 #include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/step_log.h"
 #include "dscpp/optim/cpu_adam.h"
@@ -88,6 +89,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     : config_(std::move(config)), model_(std::move(model)), comm_(std::move(options.comm)), log_(std::move(options.log)) {
   if (!model_) throw std::invalid_argument("dscpp::initialize: model is null");
   check_supported(config_);
+  tune_host_malloc();  // once per process: the host-side blocks every step reuses stay in the heap
   const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
   if (!optimizer_config) {
     throw ConfigError("optimizer: the config has no \"optimizer\" section and the program passed none; add e.g. "

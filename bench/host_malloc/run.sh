@@ -1,22 +1,15 @@
 #!/usr/bin/env bash
 # bench/host_malloc: gpt-train `small`, ZeRO-2 on two processes (one per core, OMP_NUM_THREADS=1), with the malloc
 # thresholds initialize sets (dscpp/engine/host_malloc.h) vs glibc's own adaptive policy (DSCPP_MALLOC_TUNING=0).
-# Prints each run's median step time and peak RSS, and the ratio default/tuned of step times.
+# Prints each run's median step time and rank 0's peak RSS, and the ratio glibc/tuned of step times.
 # Usage: bench/host_malloc/run.sh [build-dir] [steps]
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-20}
+source "$(dirname "$0")/../common.sh"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cat >"$OUT/zero2.json" <<'JSON'
-{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "steps_per_print": 1000,
- "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 5e5},
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}
-JSON
-
-median() {  # median of a metric over the steps after the first 3 (warm-up)
-  tail -n +4 "$1" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
-}
+zero_config 2 >"$OUT/zero2.json"
 
 for run in tuned glibc; do
   tuning=1; [ "$run" = glibc ] && tuning=0

@@ -5,17 +5,10 @@
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-20}
+source "$(dirname "$0")/../common.sh"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-cat >"$OUT/zero2.json" <<'JSON'
-{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 1, "steps_per_print": 1000,
- "zero_optimization": {"stage": 2, "overlap_comm": true, "reduce_bucket_size": 5e5},
- "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}
-JSON
-
-median_tps() {  # median tokens_per_s over the steps after the first 3 (warm-up)
-  tail -n +4 "$1" | sed -E 's/.*"tokens_per_s":([0-9.e+-]+).*/\1/' | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
-}
+zero_config 2 >"$OUT/zero2.json"
 
 for n in 1 2; do
   OMP_NUM_THREADS=1 "$BUILD/dscpp" launch --num_gpus "$n" --master_port $((29600 + n)) \
@@ -23,8 +16,8 @@ for n in 1 2; do
     --deepspeed_config "$OUT/zero2.json" --metrics "$OUT/run$n.jsonl" 2>"$OUT/log$n.txt" \
     || { cat "$OUT/log$n.txt"; exit 1; }
 done
-one=$(median_tps "$OUT/run1.jsonl")
-two=$(median_tps "$OUT/run2.jsonl")
+one=$(median "$OUT/run1.jsonl" tokens_per_s)
+two=$(median "$OUT/run2.jsonl" tokens_per_s)
 echo "scaling: gpt-train small, ZeRO-2, micro-batch 8 x seq 128 per process, OMP_NUM_THREADS=1, $STEPS steps"
 echo "  1 process : $one tokens/s"
 echo "  2 processes: $two tokens/s"

@@ -8,20 +8,13 @@
 set -euo pipefail
 BUILD=${1:-build}
 STEPS=${2:-20}
+source "$(dirname "$0")/../common.sh"
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
-config() {  # stage, extra zero_optimization keys
-  echo "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 1, \"steps_per_print\": 1000,
- \"zero_optimization\": {\"stage\": $1, \"overlap_comm\": true, \"reduce_bucket_size\": 5e5 $2},
- \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.1}}}"
-}
-config 2 "" >"$OUT/stage2.json"
-config 3 "" >"$OUT/stage3.json"
-config 3 ', "stage3_prefetch_bucket_size": 0' >"$OUT/stage3_noprefetch.json"
+zero_config 2 >"$OUT/stage2.json"
+zero_config 3 >"$OUT/stage3.json"
+zero_config 3 ', "stage3_prefetch_bucket_size": 0' >"$OUT/stage3_noprefetch.json"
 
-median() {  # median of field $2 over the steps after the first 3 (warm-up and the step that records the order)
-  tail -n +4 "$1" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
-}
 wait_per_step() {  # gather_wait_s accumulated over steps 4..N, per step
   awk -v n="$STEPS" 'NR == 3 { s = $0 } END { e = $0
     sub(/.*"gather_wait_s":/, "", s); sub(/[,}].*/, "", s); sub(/.*"gather_wait_s":/, "", e); sub(/[,}].*/, "", e)

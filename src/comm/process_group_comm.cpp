@@ -72,7 +72,7 @@ torch::Tensor movable(const torch::Tensor& t, bool native_bf16) {
 
 }  // namespace
 
-ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<c10d_compat::Group> group,
+ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group,
                                    c10::intrusive_ptr<c10d::Store> store, std::string backend, int rank,
                                    int world_size, BackendFeatures features)
     : group_(std::move(group)),
@@ -261,7 +261,7 @@ bool probe(const std::function<bool()> attempt) {
 
 }  // namespace
 
-BackendFeatures probe_features(c10d_compat::Group& group, int world_size) {
+BackendFeatures probe_features(compat::ProcessGroupBase& group, int world_size) {
   const double w = world_size;
   const bool bf16 = probe([&] {
     std::vector<at::Tensor> t{torch::ones({1}, torch::kBFloat16)};

@@ -3,7 +3,7 @@
 // LibTorch's Gloo lacks (see BackendFeatures) behind fallbacks, so callers see one behaviour on every LibTorch.
 #pragma once
 
-#include "c10d_compat.h"
+#include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {
@@ -19,7 +19,7 @@ struct BackendFeatures {
 class ProcessGroupComm final : public Comm {
  public:
   // `store` is kept alive as long as the group (rank 0 hosts it). `features` must be identical on every rank.
-  ProcessGroupComm(c10::intrusive_ptr<c10d_compat::Group> group, c10::intrusive_ptr<c10d::Store> store,
+  ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group, c10::intrusive_ptr<c10d::Store> store,
                    std::string backend, int rank, int world_size, BackendFeatures features);
   // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
   // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
@@ -45,7 +45,7 @@ class ProcessGroupComm final : public Comm {
   std::string prefix() const;
   bool widen(const torch::Tensor& t) const;  // bf16 arithmetic the backend cannot do: use an fp32 temporary
 
-  c10::intrusive_ptr<c10d_compat::Group> group_;
+  c10::intrusive_ptr<compat::ProcessGroupBase> group_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string backend_;
   int rank_;
@@ -56,6 +56,6 @@ class ProcessGroupComm final : public Comm {
 
 // Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks
 // (a min-reduction), so every rank takes the same code path. Collective: every rank calls it at the same point.
-BackendFeatures probe_features(c10d_compat::Group& group, int world_size);
+BackendFeatures probe_features(compat::ProcessGroupBase& group, int world_size);
 
 }  // namespace dscpp

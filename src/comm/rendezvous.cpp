@@ -65,8 +65,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   options.isServer = env.rank == 0;
   options.waitWorkers = false;  // we count arrivals ourselves, to name the missing ranks
   options.timeout = env.timeout;
-  if (c10d_compat::kStoreAdoptsListenSocket && options.isServer)
-    c10d_compat::adopt_listen_socket(options, listen_on(env.master_addr, env.master_port));
+  if (compat::kStoreAdoptsListenSocket && options.isServer)
+    compat::adopt_listen_socket(options, listen_on(env.master_addr, env.master_port));
 
   c10::intrusive_ptr<c10d::Store> store;
   try {

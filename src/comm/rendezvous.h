@@ -2,7 +2,7 @@
 // never arrived instead of letting the process group hang on them.
 #pragma once
 
-#include "c10d_compat.h"
+#include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {

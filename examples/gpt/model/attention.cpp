@@ -1,21 +1,18 @@
 // Causal self-attention: fused qkv projection, split into heads, masked softmax, output projection.
 #include "model/attention.h"
 
-#include <torch/version.h>  // TORCH_VERSION_MAJOR
-
 #include <cmath>
 #include <limits>
 
+#include "dscpp/compat/torch_compat.h"
 #include "model/linear.h"
 
 namespace gpt {
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout_p) {
-#if TORCH_VERSION_MAJOR >= 2
-  // Fused kernel (flash / memory-efficient where available); same math as the branch below.
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
-#else
+  // LibTorch 2.x's fused kernel computes the same math as the lines below.
+  if (auto fused = dscpp::compat::fused_causal_attention(q, k, v, dropout_p)) return *fused;
   const int64_t T = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, nh, T, T)
@@ -25,7 +22,6 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   auto weights = torch::softmax(scores, -1);
   if (dropout_p > 0) weights = torch::dropout(weights, dropout_p, /*train=*/true);
   return torch::matmul(weights, v);  // (B, nh, T, hs)
-#endif
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config)

@@ -1,5 +1,7 @@
 // The one place that knows which LibTorch we build against: Debian's 1.13 (CPU) here, PyTorch 2.x's LibTorch where a
-// GPU is lent. Everything else in the project calls these helpers instead of testing versions itself.
+// GPU is lent. Everything else in the project calls these helpers instead of testing versions itself (tests may
+// use DSCPP_TORCH_AT_LEAST to cover an entry point only one side has). The CUDA-only sources that include it are
+// compile-checked with CUDA and NCCL on in the default tests (cuda_compile_check).
 #pragma once
 
 #include <torch/csrc/autograd/function_hook.h>
@@ -10,10 +12,16 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #define DSCPP_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace c10d {
+class ProcessGroup;
+class Backend;  // 2.0+
+}  // namespace c10d
 
 namespace dscpp::compat {
 
@@ -33,6 +41,18 @@ constexpr bool kCpuHalfMatmul = DSCPP_TORCH_AT_LEAST(2, 0);
 inline bool cpu_bf16_matmul_uses_onednn() {
   return at::hasMKLDNN() && at::globalContext().userEnabledMkldnn() && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+// Causal attention in one fused kernel (flash / memory-efficient where the device has them) on 2.x; nothing on 1.13,
+// whose callers spell the same math out.
+inline std::optional<torch::Tensor> fused_causal_attention(const torch::Tensor& q, const torch::Tensor& k,
+                                                           const torch::Tensor& v, double dropout_p) {
+#if DSCPP_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p, /*is_causal=*/true);
+#else
+  (void)q, (void)k, (void)v, (void)dropout_p;
+  return std::nullopt;
+#endif
 }
 
 // Runs `fn` each time autograd has finished accumulating a gradient into `param.grad()`: a post hook on the
@@ -91,5 +111,31 @@ struct WrappingAllocator : c10::Allocator {
   void copy_data(void* dest, const void* src, std::size_t count) const { std::memcpy(dest, src, count); }
   virtual c10::DataPtr wrapped_allocate(size_t n) const = 0;
 };
+
+// ---- c10d (src/comm includes c10d's headers through its c10d_headers.h; these need only the names) ----
+
+// The class ProcessGroupGloo/ProcessGroupNCCL derive from, whose virtual collectives we call. 1.13: they are
+// ProcessGroups. 2.0+: they are Backends (a ProcessGroup became a dispatcher over several Backends); the collective
+// signatures we use (allreduce, broadcast, allgather, _allgather_base, _reduce_scatter_base, barrier) and the
+// constructors (store, rank, size, options) are the same. Gloo's missing collectives are probed at start-up
+// (BackendFeatures), not assumed from the version; NCCL has them natively on both.
+#if DSCPP_TORCH_AT_LEAST(2, 0)
+using ProcessGroupBase = c10d::Backend;
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
+
+// SPEC §8 wants the rendezvous port bound to the master address only. c10d's TCPStore server listens on every
+// interface (1.13 always: TCPServer calls Socket::listen(port) with no host). Since 2.x TCPStoreOptions can adopt a
+// socket we bound ourselves (masterListenFd; honoured by the libuv server, the default since 2.4, from 2.8 on —
+// PR 150215), so there we bind to master_addr. KNOWN LIMITATION below 2.8: the store port is open on all
+// interfaces of rank 0's host while the job starts; restrict it with a firewall on shared networks.
+constexpr bool kStoreAdoptsListenSocket = DSCPP_TORCH_AT_LEAST(2, 8);
+template <class TCPStoreOptions>
+void adopt_listen_socket([[maybe_unused]] TCPStoreOptions& options, [[maybe_unused]] int fd) {
+#if DSCPP_TORCH_AT_LEAST(2, 8)
+  options.masterListenFd = fd;
+#endif
+}
 
 }  // namespace dscpp::compat

@@ -42,6 +42,7 @@ struct Args {
   std::optional<int64_t> n_layer, n_embd, n_head, seq_len;
   std::string data;
   std::string data_order = "sequential";
+  std::string device = "auto";
   int64_t steps = 150;
   uint64_t seed = 1234;
   std::string metrics;
@@ -84,6 +85,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "keep only each block's input and recompute the block in backward (the config's "
                "activation_checkpointing section says where inputs are kept)");
+  app.add_option("--device", a.device, "cpu, cuda (this rank's GPU, cuda:LOCAL_RANK) or auto (cuda where present)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--seq_len", a.seq_len, "tokens per sample (default: the block size, at most 128)");
   app.add_option("--data", a.data, "text file (bytes) or token .bin (llm.c layout or raw uint16); default: embedded");
   app.add_option("--data_order", a.data_order, "sequential or shuffled")->check(CLI::IsMember({"sequential", "shuffled"}));
@@ -170,17 +173,13 @@ void init_from_hf(dscpp::Engine& engine, torch::nn::Module& model, const std::st
   if (rank == 0) std::cerr << "[gpt-train] initialised from " << path << std::endl;
 }
 
-torch::Device engine_device(torch::nn::Module& model) {
-  for (const auto& p : model.parameters()) return p.device();
-  return torch::kCPU;
-}
-
 int run(const Args& a) {
   // Under `dscpp launch` (or torchrun/srun/mpirun) the engine joins the job; alone it is a single process.
   const auto env = dscpp::DistEnv::from_env();
   const int rank = env.rank, world = env.world_size;
   // Counts what CPU tensors hold, so the metrics can say how much memory activations took (RSS cannot).
   dscpp::CpuMemoryTracker::install();
+  const torch::Device device = dscpp::rank_device(a.device, env.local_rank);
 
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));
@@ -192,7 +191,7 @@ int run(const Args& a) {
                                 std::to_string(model_cfg.block_size) + "]");
   }
   const auto config = load_config(a, world, model_cfg.n_embd);
-  if (config.fp16.enabled && !dscpp::compat::kCpuHalfMatmul) {
+  if (config.fp16.enabled && device.is_cpu() && !dscpp::compat::kCpuHalfMatmul) {
     throw std::invalid_argument("fp16.enabled: this LibTorch (" + dscpp::compat::torch_version() +
                                 ", CPU) has no fp16 matmul; use bf16 (--bf16) on CPU");
   }
@@ -202,13 +201,21 @@ int run(const Args& a) {
   dscpp::InitOptions init;
   gpt::GptImpl::BlockBuilt block_built;
   if (config.zero.stage == 3 && a.zero_init) {
-    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config);
+    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, nullptr, device);  // shards on `device`
     block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
       zero_init->partition(block);
     };
   }
   torch::manual_seed(a.seed);
   auto model = gpt::Gpt(model_cfg, block_built);
+  if (init.partitioned) {
+    // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
+    for (auto& child : model->named_children()) {
+      if (child.key() != "h") child.value()->to(device);
+    }
+  } else {
+    model->to(device);
+  }
   if (!init.partitioned) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
@@ -264,7 +271,7 @@ int run(const Args& a) {
     for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
       const auto rows = sampler.rows(step, batch.train_batch_size, rank * rank_rows + micro * batch.micro_batch,
                                      batch.micro_batch);
-      auto loss = engine->forward([&] { return model->loss(rows.inputs, rows.targets); });
+      auto loss = engine->forward([&] { return model->loss(rows.inputs.to(device), rows.targets.to(device)); });
       engine->backward(loss);
       engine->step();
     }
@@ -305,7 +312,7 @@ int run(const Args& a) {
               << ", skipped " << engine->skipped_steps();
     if (timed_steps > 0) {
       const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
-                                              : dscpp::measure_peak_flops(engine->compute_dtype(), engine_device(*model));
+                                              : dscpp::measure_peak_flops(engine->compute_dtype(), device);
       std::cerr << "; MFU " << std::fixed << std::setprecision(1)
                 << 100.0 * flops_per_s_sum / timed_steps / peak_flops << "% of "
                 << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank" << (a.peak_tflops ? "" : " (measured)");

@@ -5,5 +5,6 @@
 #include "dscpp/checkpoint/hf_gpt2.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
+#include "dscpp/engine/device.h"
 #include "dscpp/engine/engine.h"
 #include "dscpp/engine/partitioned_init.h"

@@ -15,6 +15,7 @@
 
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/components.h"
+#include "dscpp/engine/device.h"
 #include "dscpp/engine/host_malloc.h"
 #include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/step_log.h"
@@ -108,8 +109,21 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
-  // Where training runs: the parameters' device.
+  // Where training runs: the parameters' device. As DeepSpeed does, a rank on a GPU machine first makes the GPU its
+  // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an
+  // error, not a run whose every collective crosses devices.
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+  const DistEnv env = DistEnv::from_env();
+  if (torch::cuda::is_available()) {
+    const torch::Device mine = rank_device("cuda", env.local_rank);
+    make_current(mine);
+    if (device.is_cuda() && device != mine) {
+      throw std::invalid_argument("dscpp::initialize: the model is on " + device.str() + " but this rank (LOCAL_RANK " +
+                                  std::to_string(env.local_rank) + ") trains on " + mine.str() +
+                                  ": move the model there first");
+    }
+  }
+  device_ = device;
   std::vector<PrepartitionedUnit> prepartitioned;
   if (options.partitioned) {
     if (config_.zero.stage != 3) {
@@ -127,9 +141,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     }
   }
   if (!comm_) {
-    // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones.
-    const bool cuda = device.is_cuda();
-    comm_ = init_comm(DistEnv::from_env(), cuda ? CommBackend::kNccl : CommBackend::kGloo);
+    // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones (and ranks sharing a GPU).
+    comm_ = init_comm(env, comm_backend_for(device, env.local_size));
   }
   if (!log_) {
     log_ = [rank = comm_->rank()](const std::string& line) {

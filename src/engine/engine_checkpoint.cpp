@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 
+#include "dscpp/activation/rng_state.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/safetensors.h"
@@ -124,6 +125,8 @@ std::vector<Engine::ShardTensor> Engine::shard_contents(int r) const {
     if (dtype_ != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
   }
   out.push_back({kRngTensor, kRngTensor, {}});
+  // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
+  if (device_.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
   return out;
 }
 
@@ -167,17 +170,13 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
 }
 
 std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::string& tag) {
-  torch::Tensor rng_state;
-  {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    rng_state = generator.get_state();
-  }
+  const RngState rng = RngState::capture(device_);
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
   const auto kinds = optimizer_->state_kinds();
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
-    if (t.kind == kRngTensor) return rng_state;
+    if (t.kind == kRngTensor) return rng.cpu();
+    if (t.kind == kRngCudaTensor) return rng.cuda();
     const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
@@ -263,7 +262,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
   // parameter covers (group padding) keep this engine's values.
   const auto kinds = optimizer_->state_kinds();
   std::vector<StateStore::Update> writes;
-  torch::Tensor rng_state;
+  torch::Tensor rng_state, cuda_rng_state;
   all_or_none(*comm_, "load_checkpoint", [&] {
     const auto& layout = stage_->layout();
     for (const auto& want : master_fragments()) {
@@ -275,21 +274,26 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
         writes.push_back({static_cast<int>(k), master_offset(want), values});
       }
     }
-    if (rank() < m.world_size) rng_state = checkpoint->read(rank(), kRngTensor);
+    if (rank() < m.world_size) {
+      rng_state = checkpoint->read(rank(), kRngTensor);
+      if (device_.is_cuda() && m.files[rank()].tensor_crc32.count(kRngCudaTensor)) {
+        cuda_rng_state = checkpoint->read(rank(), kRngCudaTensor);
+      }
+    }
   });
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
   commit_master_writes(writes);
   if (options.load_optimizer_states) optimizer_->set_step_count(m.optimizer_step_count);
-  restore_progress(m, rng_state);
+  restore_progress(m, rng_state, cuda_rng_state);
   loaded.client_state = m.client_state;
   log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
        std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
   return loaded;
 }
 
-// Counters (and so the schedule's position), the loss scaler and this rank's generator.
-void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state) {
+// Counters (and so the schedule's position), the loss scaler and this rank's generators.
+void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state) {
   global_steps_ = m.global_steps;
   micro_steps_ = m.micro_steps;
   skipped_steps_ = m.skipped_steps;
@@ -302,9 +306,13 @@ void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state)
          ": the scaler starts fresh");
   }
   if (rng_state.defined()) {
-    auto generator = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_state(rng_state);
+    RngState(rng_state, cuda_rng_state.defined() ? std::optional<torch::Device>(device_) : std::nullopt,
+             cuda_rng_state)
+        .restore();
+  }
+  if (device_.is_cuda() && rng_state.defined() && !cuda_rng_state.defined()) {
+    log_("[deepspeed.cpp] the checkpoint has no CUDA generator state (it was written by a CPU run): this rank's "
+         "GPU generator keeps its own");
   }
   if (m.world_size < world_size()) {
     log_("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +

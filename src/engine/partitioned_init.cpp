@@ -6,6 +6,7 @@
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/config/config_error.h"
 #include "dscpp/engine/components.h"
+#include "dscpp/engine/device.h"
 
 namespace dscpp {
 
@@ -17,7 +18,11 @@ PartitionedInit::PartitionedInit(const Config& config, std::shared_ptr<Comm> com
     throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
                       ": building a model partitioned (PartitionedInit, DeepSpeed's zero.Init) needs stage 3");
   }
-  if (!comm_) comm_ = init_comm(DistEnv::from_env(), device.is_cuda() ? CommBackend::kNccl : CommBackend::kGloo);
+  if (!comm_) {
+    const DistEnv env = DistEnv::from_env();
+    make_current(device);
+    comm_ = init_comm(env, comm_backend_for(device, env.local_size));
+  }
 }
 
 void PartitionedInit::partition(const std::shared_ptr<torch::nn::Module>& unit) {

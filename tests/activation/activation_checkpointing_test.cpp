@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/multiprocess.h"
+#include "../common/test_device.h"
 #include "dscpp/activation/checkpointing.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config_error.h"
@@ -25,6 +26,7 @@ struct DropoutBlockImpl : torch::nn::Module {
   DropoutBlockImpl() {
     fc1 = register_module("fc1", torch::nn::Linear(16, 32));
     fc2 = register_module("fc2", torch::nn::Linear(32, 16));
+    to(test_device());
   }
   torch::Tensor forward(const torch::Tensor& x) {
     return x + fc2->forward(torch::dropout(torch::gelu(fc1->forward(x)), 0.3, is_training()));
@@ -220,7 +222,7 @@ TrainRun train(int stage, int world, bool checkpointing, const nlohmann::json& a
                                  {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
   std::ofstream(dir / "config.json") << config.dump();
   const auto metrics = dir / "metrics.jsonl";
-  const std::string command = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model " + model +
+  const std::string command = gpt_train_command() + " --no_progress --model " + model +
                               " --dropout 0.1 --steps " + std::to_string(steps) + " --deepspeed_config " +
                               (dir / "config.json").string() + " --metrics " + metrics.string() +
                               (checkpointing ? " --activation_checkpointing" : "");

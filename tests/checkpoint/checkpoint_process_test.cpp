@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "../common/test_device.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/checkpoint/safetensors.h"
@@ -87,7 +88,7 @@ struct Result {
 Result gpt_train(const Shape& shape, const fs::path& dir, const std::string& args, const std::string& env = "") {
   static int run_id = 0;
   const auto metrics = dir / ("metrics_" + std::to_string(run_id++) + ".jsonl");
-  const std::string command = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
+  const std::string command = gpt_train_command() + " --no_progress --model tiny --seq_len 32" +
                               " --data_order shuffled --deepspeed_config " + write_config(dir, shape) +
                               " --metrics " + metrics.string() + " " + args;
   Result result;
@@ -356,7 +357,7 @@ TEST(Consolidate, WritesTheGatheredWeightsExactly) {
   const auto hf = dscpp("consolidate " + (dir / "ckpt").string() + " " + (dir / "hf").string() + " --format hf-gpt2");
   ASSERT_EQ(hf.code, 0) << hf.err;
   EXPECT_TRUE(fs::exists(dir / "hf" / "config.json"));
-  const auto back = run_command(std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32 "
+  const auto back = run_command(gpt_train_command() + " --no_progress --model tiny --seq_len 32 "
                                 "--steps 1 --lr 0 --weight_decay 0 --init_from " + (dir / "hf").string() +
                                 flag("save_16bit", dir / "back.st"));
   ASSERT_EQ(back.code, 0) << back.err;
@@ -369,7 +370,7 @@ TEST(Consolidate, PeakMemoryStaysNearTheLargestTensorNotTheModel) {
   const Shape shape{1, 0};
   const auto dir = temp_dir("consolidate_rss");
   const std::string big = "--n_layer 12 --n_embd 512 --n_head 8 --micro_batch 1 --steps 1";
-  const auto run = run_command(std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 16 " +
+  const auto run = run_command(gpt_train_command() + " --no_progress --model tiny --seq_len 16 " +
                                big + " --deepspeed_config " + write_config(dir, shape, "SGD") +
                                flag("save_dir", dir / "big"));
   ASSERT_EQ(run.code, 0) << run.err;

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "../common/subprocess.h"
+#include "../common/test_device.h"
+#include "dscpp/checkpoint/manifest.h"
 #include "dscpp/dscpp.h"
 
 namespace dscpp::testing {
@@ -15,6 +17,7 @@ namespace fs = std::filesystem;
 
 std::unique_ptr<Engine> make_engine(const std::string& optimizer, int grad_accum = 1) {
   auto model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+  model->to(test_device());
   const auto config = Config::from_string(R"({"train_batch_size": )" + std::to_string(2 * grad_accum) +
                                           R"(, "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": ")" +
                                           optimizer + R"(", "params": {"lr": 0.1}}})");
@@ -24,19 +27,30 @@ std::unique_ptr<Engine> make_engine(const std::string& optimizer, int grad_accum
   return initialize(model, config, init);
 }
 
-TEST(EngineCheckpoint, RestoresGeneratorAndClientState) {
+// The CPU generator always; the GPU's too when training on one (dropout there draws from it).
+TEST(EngineCheckpoint, RestoresGeneratorsAndClientState) {
   const auto dir = temp_dir("engine_checkpoint");
+  const auto device = test_device();
   auto engine = make_engine("AdamW");
   torch::manual_seed(7);
   const auto path = engine->save_checkpoint((dir / "ckpt").string(), "mine", {{"epoch", 4}, {"note", "x"}});
   EXPECT_EQ(path, (dir / "ckpt" / "mine").string());
-  const auto expected = torch::rand({5});  // what the generator gives right after the save
-  torch::rand({100});                       // move it on
+  const auto shard = Manifest::read(path).files.at(0).tensor_crc32;
+  EXPECT_EQ(shard.count(kRngTensor), 1u);
+  EXPECT_EQ(shard.count(kRngCudaTensor), device.is_cuda() ? 1u : 0u);
+  // What the generators give right after the save; then move them on.
+  const auto expected = torch::rand({5});
+  const auto expected_device = torch::rand({5}, torch::TensorOptions().device(device));
+  torch::rand({100});
+  torch::rand({100}, torch::TensorOptions().device(device));
   auto other = make_engine("AdamW");
   const auto loaded = other->load_checkpoint((dir / "ckpt").string());
   EXPECT_EQ(loaded.tag, "mine");
   EXPECT_EQ(loaded.client_state["epoch"], 4);
   EXPECT_TRUE(torch::equal(torch::rand({5}), expected));
+  if (device.is_cuda()) {
+    EXPECT_TRUE(torch::equal(torch::rand({5}, torch::TensorOptions().device(device)), expected_device));
+  }
 }
 
 TEST(EngineCheckpoint, OptimizerMismatchNeedsLoadOptimizerStatesFalse) {

@@ -145,10 +145,11 @@ struct WideMlpImpl : torch::nn::Module {
   WideMlpImpl() {
     fc1 = register_module("fc1", torch::nn::Linear(64, 256));
     fc2 = register_module("fc2", torch::nn::Linear(256, 1));
+    to(test_device());
   }
   torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) {
-    const auto out = fc2->forward(torch::tanh(fc1->forward(x.to(fc1->weight.scalar_type()))));
-    return torch::mse_loss(out.to(torch::kFloat32), y);
+    const auto out = fc2->forward(torch::tanh(fc1->forward(x.to(fc1->weight.device(), fc1->weight.scalar_type()))));
+    return torch::mse_loss(out.to(torch::kFloat32), y.to(out.device()));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };

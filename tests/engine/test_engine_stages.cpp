@@ -18,9 +18,11 @@ struct QuirkyImpl : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(16, 1));
     unused = register_parameter("unused", torch::ones({5}));
     register_parameter("fc1_weight_again", fc1->weight);  // tied: the same tensor twice
+    to(test_device());
   }
   torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) {
-    return torch::mse_loss(fc2->forward(torch::tanh(fc1->forward(x))), y);
+    const auto device = fc1->weight.device();
+    return torch::mse_loss(fc2->forward(torch::tanh(fc1->forward(x.to(device)))), y.to(device));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   torch::Tensor unused;
@@ -131,18 +133,25 @@ struct StackImpl : torch::nn::Module {
     fc2 = register_module("fc2", torch::nn::Linear(16, 16));
     if (built) built(fc2.ptr());
     out = register_module("out", torch::nn::Linear(16, 1));
+    // Partitioned units are already on the device their PartitionedInit names; only the head moves.
+    if (built) {
+      out->to(test_device());
+    } else {
+      to(test_device());
+    }
   }
   torch::Tensor loss(Engine& engine, const torch::Tensor& x, const torch::Tensor& y) {
-    auto h = engine.run_unit(*fc1, [&] { return torch::tanh(fc1->forward(x)); });
+    const auto device = out->weight.device();
+    auto h = engine.run_unit(*fc1, [&] { return torch::tanh(fc1->forward(x.to(device))); });
     h = engine.run_unit(*fc2, [&] { return torch::tanh(fc2->forward(h)); });
-    return torch::mse_loss(out->forward(h), y);
+    return torch::mse_loss(out->forward(h), y.to(device));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr}, out{nullptr};
 };
 TORCH_MODULE(Stack);
 
 std::shared_ptr<PartitionedInit> partitioned_init(const Config& config) {
-  return std::make_shared<PartitionedInit>(config, init_comm(DistEnv{}));
+  return std::make_shared<PartitionedInit>(config, init_comm(DistEnv{}), test_device());
 }
 
 std::function<void(std::shared_ptr<torch::nn::Module>)> partition_into(const std::shared_ptr<PartitionedInit>& init) {

@@ -1,5 +1,5 @@
 // Small models and data for engine tests: fast, deterministic, and (for fp16) built only from ops LibTorch 1.13 has
-// on CPU in half precision.
+// on CPU in half precision. Models live on the test device (DSCPP_TEST_DEVICE) and take their inputs there.
 #pragma once
 
 #include <torch/torch.h>
@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dscpp/config/config.h"
+#include "../common/test_device.h"
 
 namespace dscpp::testing {
 
@@ -15,10 +16,11 @@ struct MlpImpl : torch::nn::Module {
   MlpImpl() {
     fc1 = register_module("fc1", torch::nn::Linear(8, 16));
     fc2 = register_module("fc2", torch::nn::Linear(16, 1));
+    to(test_device());
   }
   torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) {
-    auto out = fc2->forward(torch::tanh(fc1->forward(x.to(fc1->weight.scalar_type()))));
-    return torch::mse_loss(out.to(torch::kFloat32), y);
+    auto out = fc2->forward(torch::tanh(fc1->forward(x.to(fc1->weight.device(), fc1->weight.scalar_type()))));
+    return torch::mse_loss(out.to(torch::kFloat32), y.to(out.device()));
   }
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
 };
@@ -29,10 +31,11 @@ struct ElementwiseImpl : torch::nn::Module {
   explicit ElementwiseImpl(int64_t n = 32) {
     w = register_parameter("w", torch::linspace(0.5, 1.5, n));
     b = register_parameter("b", torch::zeros({n}));
+    to(test_device());
   }
   torch::Tensor loss(const torch::Tensor& x, const torch::Tensor& y) {
-    auto out = w * x.to(w.scalar_type()) + b;
-    return (out.to(torch::kFloat32) - y).pow(2).mean();
+    auto out = w * x.to(w.device(), w.scalar_type()) + b;
+    return (out.to(torch::kFloat32) - y.to(out.device())).pow(2).mean();
   }
   torch::Tensor w, b;
 };

@@ -1,6 +1,7 @@
 // gpt-train end to end: trains `tiny` for real and reads its --metrics file.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 
 #include <sstream>
 
@@ -72,6 +73,33 @@ TEST(GptTrain, BadConfigIsAClearErrorNamingTheKey) {
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.err.find("bf16"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("fp16"), std::string::npos) << r.err;
+}
+
+// --device: cuda on a machine without a GPU (or with this CPU-only LibTorch) stops before anything is built, saying
+// why; an unknown device is refused by the flag's check, naming the choices.
+TEST(GptTrain, DeviceFlagRefusesWhatThisMachineCannotDo) {
+  auto bogus = gpt_train("--model tiny --steps 1 --device gpu");
+  EXPECT_NE(bogus.code, 0);
+  EXPECT_NE(bogus.err.find("--device"), std::string::npos) << bogus.err;
+  EXPECT_NE(bogus.err.find("cuda"), std::string::npos) << bogus.err;
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a GPU";
+  auto cuda = gpt_train("--model tiny --steps 1 --device cuda");
+  EXPECT_NE(cuda.code, 0);
+  EXPECT_NE(cuda.err.find("device cuda"), std::string::npos) << cuda.err;
+  EXPECT_EQ(cuda.err.find("Exception raised from"), std::string::npos) << cuda.err;  // our message, no backtrace
+}
+
+// --device cpu trains exactly as the default does here (auto is the CPU without a GPU).
+TEST(GptTrain, DeviceCpuIsTheDefaultWithoutAGpu) {
+  if (torch::cuda::device_count() > 0) GTEST_SKIP() << "auto picks the GPU here";
+  const auto dir = temp_dir("gpt_train_device");
+  ASSERT_EQ(gpt_train("--model tiny --steps 3 --seq_len 16 --metrics " + (dir / "auto.jsonl").string()).code, 0);
+  ASSERT_EQ(gpt_train("--model tiny --steps 3 --seq_len 16 --device cpu --metrics " + (dir / "cpu.jsonl").string()).code,
+            0);
+  const auto a = read_jsonl(dir / "auto.jsonl"), c = read_jsonl(dir / "cpu.jsonl");
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(c.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i]["loss"].get<double>(), c[i]["loss"].get<double>()) << i;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "../common/test_device.h"
 #include "dscpp/engine/engine.h"
 
 namespace dscpp::testing {
@@ -29,6 +30,7 @@ struct NetImpl : torch::nn::Module {
                                        torch::nn::Sequential(torch::nn::Linear(kWidth, kWidth), torch::nn::Tanh())));
     }
     out = register_module("out", torch::nn::Linear(kWidth, 1));
+    to(test_device());
   }
   torch::nn::Linear in{nullptr}, out{nullptr};
   std::vector<torch::nn::Sequential> blocks;
@@ -77,12 +79,12 @@ int run_worker(const std::string& scenario, int stage, int grad_accum) {
       if (scenario == "diverge" && step == 2) skip = env.rank == 1;
       auto [x, y] = rows((m * env.world_size + env.rank) * micro, micro);
       auto loss = engine->forward([&, skip = skip] {
-        auto h = torch::tanh(net->in->forward(x));
+        auto h = torch::tanh(net->in->forward(x.to(test_device())));
         for (int i = 0; i < kBlocks; ++i) {
           if (i == 1 && skip) continue;
           h = engine->run_unit(*net->blocks[i], [&] { return net->blocks[i]->forward(h); });
         }
-        return torch::mse_loss(net->out->forward(h), y);
+        return torch::mse_loss(net->out->forward(h), y.to(test_device()));
       });
       engine->backward(loss);
       engine->step();

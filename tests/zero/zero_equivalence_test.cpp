@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "../common/test_device.h"
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/zero/memory_estimate.h"
 #include "model/gpt_config.h"
@@ -85,7 +86,7 @@ std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
 std::vector<nlohmann::json> train(const ZeroRun& run) {
   const auto dir = temp_dir("zero_" + run.name());
   const auto metrics = dir / "metrics.jsonl";
-  const std::string command = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
+  const std::string command = gpt_train_command() + " --no_progress --model tiny --seq_len 32" +
                               " --data_order sequential --steps " + std::to_string(run.steps) +
                               " --deepspeed_config " + write_config(dir, run) + " --metrics " + metrics.string() + " " +
                               run.extra_args;
@@ -230,7 +231,7 @@ TEST(ZeroLauncher, TwoNoSshNodesTrainLikeOneProcess) {
   const std::string launch = std::string(DSCPP_BINARY_DIR) + "/dscpp launch --hostfile " + (dir / "hostfile").string() +
                              " --num_nodes 2 --num_gpus 1 --master_addr 127.0.0.1 --master_port " +
                              std::to_string(free_port()) + " --no_ssh --node_rank ";
-  const std::string program = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32" +
+  const std::string program = gpt_train_command() + " --no_progress --model tiny --seq_len 32" +
                               " --data_order sequential --steps 20 --deepspeed_config " + write_config(dir, run) +
                               " --metrics " + (dir / "metrics.jsonl").string();
   const auto result = run_command("OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=3 /bin/sh -c '" + launch + "0 " + program +

@@ -27,6 +27,7 @@ constexpr const char* kLatestFile = "latest";
 constexpr const char* kMasterKind = "master";   // fp32 master weights
 constexpr const char* kParam16Kind = "param16"; // compute-dtype weights (16-bit training only)
 constexpr const char* kRngTensor = "rng/cpu";   // the rank's CPU generator state
+constexpr const char* kRngCudaTensor = "rng/cuda";  // the rank's CUDA generator state (written by GPU runs only)
 
 struct ParamEntry {
   std::string name;

@@ -156,20 +156,21 @@ class Engine {
   //
   // save_checkpoint writes `save_dir/<tag>/` (tag default "global_step<N>"): one safetensors shard per rank with
   // its fp32 master, optimizer state and (16-bit training) compute-dtype weights, each as fragments of named
-  // parameters, plus its CPU generator state; and a manifest (JSON) with the config, counters, loss scaler and
-  // every tensor's CRC-32. `save_dir/latest` names the tag only once all of it is fsynced and in place, so a crash
-  // during a save leaves the previous checkpoint and `latest` intact (re-saving an existing tag swaps the new one in
-  // atomically). `client_state` is stored as is. Returns the tag directory. Throws CheckpointError on every rank
-  // when any rank fails; other tags and `latest` are untouched.
+  // parameters, plus its CPU generator state (and, training on a GPU, that GPU's); and a manifest (JSON) with the
+  // config, counters, loss scaler and every tensor's CRC-32. `save_dir/latest` names the tag only once all of it is
+  // fsynced and in place, so a crash during a save leaves the previous checkpoint and `latest` intact (re-saving an
+  // existing tag swaps the new one in atomically). `client_state` is stored as is. Returns the tag directory. Throws
+  // CheckpointError on every rank when any rank fails; other tags and `latest` are untouched.
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
                               const nlohmann::json& client_state = nullptr);
 
   // Loads `load_dir/<tag>` (`tag` empty: the one `latest` names) into this engine, whatever world size and ZeRO
   // stage wrote it: each rank reads the fragments its own partition needs, checking every one against its CRC.
   // Restores master weights (and from them the compute-dtype weights), optimizer state, the step counters (so the
-  // LR schedule position), the loss scaler and each rank's CPU generator (ranks the writer did not have keep
-  // theirs). Throws CheckpointError naming the file and the problem — missing tag or shard, truncated or corrupt
-  // shard, a manifest written for another model — on every rank, leaving the engine as it was.
+  // LR schedule position), the loss scaler and each rank's CPU generator and, on a GPU, its CUDA generator (ranks
+  // the writer did not have keep theirs, and so does a GPU run loading a checkpoint written on CPU). Throws
+  // CheckpointError naming the file and the problem — missing tag or shard, truncated or corrupt shard, a manifest
+  // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
                                    const CheckpointLoadOptions& options = {});
 
@@ -213,7 +214,7 @@ class Engine {
   // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
   ShardFile describe_shard(int r, const std::vector<int64_t>& sums) const;
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
-  void restore_progress(const Manifest& m, const torch::Tensor& rng_state);
+  void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state);
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source);
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
@@ -250,6 +251,7 @@ class Engine {
   int64_t skipped_steps_ = 0;
   int64_t global_samples_ = 0;
   int64_t optimizer_state_bytes_ = 0;
+  torch::Device device_{torch::kCPU};  // where the parameters (and so training) live
   torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary
   StepReport last_step_;
   int64_t last_log_time_ns_ = 0;

@@ -71,8 +71,14 @@ std::shared_ptr<Comm> init_comm(const DistEnv& env, CommBackend backend) {
 #ifdef DSCPP_WITH_NCCL
   const bool nccl = backend == CommBackend::kNccl || (backend == CommBackend::kAuto && torch::cuda::is_available());
 #else
-  if (backend == CommBackend::kNccl)
+  if (backend == CommBackend::kNccl) {
+#ifdef DSCPP_TORCH_HAS_CUDA
+    throw CommError("backend nccl was requested but this build has no NCCL: its LibTorch has CUDA, but CMake found "
+                    "no nccl.h (rebuild with NCCL_HOME or CUDA_HOME set); use gloo");
+#else
     throw CommError("backend nccl was requested but this build has no NCCL (its LibTorch has no CUDA); use gloo");
+#endif
+  }
   const bool nccl = false;
 #endif
   auto store = rendezvous(env);

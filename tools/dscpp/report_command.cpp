@@ -129,6 +129,8 @@ void run_report(std::ostream& out) {
   row(out, "gloo backend", "yes (torch c10d)");
 #ifdef DSCPP_WITH_NCCL
   row(out, "nccl backend", "yes (torch c10d)");
+#elif defined(DSCPP_TORCH_HAS_CUDA)
+  row(out, "nccl backend", "not compiled (this LibTorch has CUDA, but the build found no nccl.h)");
 #else
   row(out, "nccl backend", "not compiled (this LibTorch has no CUDA)");
 #endif

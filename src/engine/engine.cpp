@@ -113,8 +113,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an
   // error, not a run whose every collective crosses devices.
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  const DistEnv env = DistEnv::from_env();
   if (torch::cuda::is_available()) {
+    const DistEnv env = DistEnv::from_env();
     const torch::Device mine = rank_device("cuda", env.local_rank);
     make_current(mine);
     if (device.is_cuda() && device != mine) {
@@ -142,6 +142,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones (and ranks sharing a GPU).
+    const DistEnv env = DistEnv::from_env();
     comm_ = init_comm(env, comm_backend_for(device, env.local_size));
   }
   if (!log_) {

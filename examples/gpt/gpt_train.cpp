@@ -180,6 +180,7 @@ int run(const Args& a) {
   // Counts what CPU tensors hold, so the metrics can say how much memory activations took (RSS cannot).
   dscpp::CpuMemoryTracker::install();
   const torch::Device device = dscpp::rank_device(a.device, env.local_rank);
+  dscpp::make_current(device);  // before the model allocates anything there
 
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));

@@ -13,6 +13,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 namespace dscpp {
 namespace {
 
@@ -244,7 +246,10 @@ Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {
 // could fail a later, healthy barrier.
 void ProcessGroupComm::barrier() {
   if (world_size_ == 1) return;
-  std::vector<at::Tensor> token{torch::zeros({1}, torch::kInt)};
+  // NCCL reduces CUDA tensors only: there the token lives on this rank's current GPU (the engine made it current).
+  auto options = torch::TensorOptions().dtype(torch::kInt);
+  if (backend_ == "nccl") options = options.device(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice());
+  std::vector<at::Tensor> token{torch::zeros({1}, options)};
   launch("barrier", [&] { return group_->allreduce(token); }).wait();
 }
 

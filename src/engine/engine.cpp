@@ -109,15 +109,17 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   collect_params(*model_, params, names);
-  // Where training runs: the parameters' device. As DeepSpeed does, a rank on a GPU machine first makes the GPU its
+  // Where training runs: the parameters' device. As DeepSpeed does, a rank training on a GPU makes the GPU its
   // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an
-  // error, not a run whose every collective crosses devices.
+  // error, not a run whose every collective crosses devices. A CPU run never touches CUDA.
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  if (torch::cuda::is_available()) {
+  if (device.is_cuda() && (comm_ || options.partitioned)) {
+    make_current(device);  // the program chose the device (and joined the job) itself
+  } else if (device.is_cuda()) {
     const DistEnv env = DistEnv::from_env();
     const torch::Device mine = rank_device("cuda", env.local_rank);
     make_current(mine);
-    if (device.is_cuda() && device != mine) {
+    if (device != mine) {
       throw std::invalid_argument("dscpp::initialize: the model is on " + device.str() + " but this rank (LOCAL_RANK " +
                                   std::to_string(env.local_rank) + ") trains on " + mine.str() +
                                   ": move the model there first");

@@ -1,6 +1,6 @@
 // Which device a rank trains on. DeepSpeed gives each rank the GPU its LOCAL_RANK names and makes it current before
-// anything is allocated there (get_accelerator().set_device(local_rank)); gpt-train, the Python front end and the
-// engine all go through here, so they cannot disagree.
+// anything is allocated there (get_accelerator().set_device(local_rank)); gpt-train and the engine both go through
+// here, so they cannot disagree.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,7 +13,7 @@ namespace dscpp {
 
 // `requested` is "cpu", "cuda" or "auto" (cuda where LibTorch sees a GPU, else cpu). A CUDA rank gets
 // cuda:<local_rank>; with more local ranks than GPUs (tests, or a job sharing one GPU) ranks wrap around and share
-// (see ranks_share_gpu). Throws std::invalid_argument naming the request and what this machine has: "cuda" with no
+// (see comm_backend_for). Throws std::invalid_argument naming the request and what this machine has: "cuda" with no
 // GPU visible (or a LibTorch built without CUDA), anything but the three words.
 torch::Device rank_device(const std::string& requested, int local_rank);
 

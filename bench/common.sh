@@ -1,4 +1,5 @@
-# Sourced by the gpt-train benchmarks (scaling, zero3_overhead, host_malloc); defines:
+# Sourced by the gpt-train benchmarks (scaling, zero3_overhead, host_malloc) with their arguments ([build-dir]
+# [steps]): sets BUILD and STEPS, and OUT, a scratch directory removed on exit. Defines:
 #   zero_config STAGE [EXTRA]  the config they share (micro-batch 8, AdamW, buckets of 5e5) with zero_optimization's
 #                              stage and EXTRA keys (', "key": value' …), on stdout
 #   median FILE FIELD          the median of FIELD over a --metrics file's steps after the first 3 (warm-up, and the
@@ -12,3 +13,8 @@ zero_config() {
 median() {
   tail -n +4 "$1" | sed -E "s/.*\"$2\":([0-9.e+-]+).*/\1/" | sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
 }
+
+BUILD=${1:-build}
+STEPS=${2:-20}
+OUT=$(mktemp -d)
+trap 'rm -rf "$OUT"' EXIT

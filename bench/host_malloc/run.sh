@@ -4,11 +4,7 @@
 # Prints each run's median step time and rank 0's peak RSS, and the ratio glibc/tuned of step times.
 # Usage: bench/host_malloc/run.sh [build-dir] [steps]
 set -euo pipefail
-BUILD=${1:-build}
-STEPS=${2:-20}
-source "$(dirname "$0")/../common.sh"
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, OUT
 zero_config 2 >"$OUT/zero2.json"
 
 for run in tuned glibc; do

@@ -3,11 +3,7 @@
 # micro-batch per process (a compute-bound batch), under `dscpp launch`. Prints each run's median tokens/s and the
 # ratio two/one (target >= 1.8). Usage: bench/scaling/run.sh [build-dir] [steps]
 set -euo pipefail
-BUILD=${1:-build}
-STEPS=${2:-20}
-source "$(dirname "$0")/../common.sh"
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, OUT
 zero_config 2 >"$OUT/zero2.json"
 
 for n in 1 2; do

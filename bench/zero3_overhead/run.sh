@@ -6,11 +6,7 @@
 # from the engine's timers (gather_wait_s in the metrics: time the forward/backward sat blocked on a gather).
 # Usage: bench/zero3_overhead/run.sh [build-dir] [steps]
 set -euo pipefail
-BUILD=${1:-build}
-STEPS=${2:-20}
-source "$(dirname "$0")/../common.sh"
-OUT=$(mktemp -d)
-trap 'rm -rf "$OUT"' EXIT
+source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, OUT
 zero_config 2 >"$OUT/stage2.json"
 zero_config 3 >"$OUT/stage3.json"
 zero_config 3 ', "stage3_prefetch_bucket_size": 0' >"$OUT/stage3_noprefetch.json"

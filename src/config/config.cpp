@@ -8,12 +8,13 @@
 #include "dscpp/config/auto_fill.h"
 #include "dscpp/config/json_reader.h"
 #include "dscpp/config/sections.h"
+#include "dscpp/config/support.h"
 
 namespace dscpp {
 namespace {
 
 // DeepSpeed's older spellings, folded into the current ones so the rest of the parser sees one name.
-void normalize_aliases(nlohmann::json& doc) {
+void normalize_bf16_alias(nlohmann::json& doc) {
   if (doc.contains("bfloat16")) {
     if (doc.contains("bf16")) {
       throw ConfigError("bfloat16 = " + doc["bfloat16"].dump() + ": \"bfloat16\" is an alias of \"bf16\", which "
@@ -22,23 +23,50 @@ void normalize_aliases(nlohmann::json& doc) {
     doc["bf16"] = doc["bfloat16"];
     doc.erase("bfloat16");
   }
+}
+
+// After the overrides, so `--set zero_optimization.cpu_offload=true` works as written in the file would.
+void normalize_legacy_offload(nlohmann::json& doc) {
+  // ZeRO's legacy switches, as DeepSpeed maps them: cpu_offload → offload_optimizer on the CPU, cpu_offload_param(s)
+  // → offload_param on the CPU. (DeepSpeed only warns about cpu_offload_use_pin_memory and applies nothing.)
   auto zero = doc.find("zero_optimization");
-  if (zero != doc.end() && zero->is_object() && zero->value("cpu_offload", nlohmann::json()) == true) {
-    auto& offload = (*zero)["offload_optimizer"];
+  if (zero == doc.end() || !zero->is_object()) return;
+  auto legacy = [&](const char* key, const char* section) {
+    if (zero->value(key, nlohmann::json()) != true) return;
+    auto& offload = (*zero)[section];
     if (offload.is_null()) offload = nlohmann::json::object();
     if (offload.is_object() && !offload.contains("device")) offload["device"] = "cpu";
-  }
+  };
+  legacy("cpu_offload", "offload_optimizer");
+  legacy("cpu_offload_param", "offload_param");
+  legacy("cpu_offload_params", "offload_param");
 }
 
 void parse_batch(JsonReader& root, nlohmann::json& doc, int world_size, Config& config) {
-  // A batch key still "auto" after filling is simply unknown: the triangle solves it if it can.
+  // A batch key still "auto" after filling is simply unknown: the triangle solves it if it can, and if it cannot
+  // the error says which keys were "auto" and how to fill them.
+  std::vector<std::string> autos;
   for (const char* key : kBatchKeys) {
-    if (doc.contains(key) && doc[key] == "auto") doc.erase(key);
+    if (doc.contains(key) && doc[key] == "auto") {
+      doc.erase(key);
+      autos.push_back(key);
+    }
   }
   auto train = root.get_optional_int(kBatchKeys[0]);
   auto micro = root.get_optional_int(kBatchKeys[1]);
   auto accum = root.get_optional_int(kBatchKeys[2]);
-  config.batch = resolve_batch(train, micro, accum, world_size);
+  try {
+    config.batch = resolve_batch(train, micro, accum, world_size);
+  } catch (const ConfigError& e) {
+    if (autos.empty()) throw;
+    std::string message = e.what();
+    for (const auto& key : autos) {
+      const size_t at = message.find(key + "=unset");
+      if (at != std::string::npos) message.replace(at, key.size() + 6, key + "=\"auto\"");
+    }
+    throw ConfigError(message + "; \"auto\" batch sizes are filled by the program (HF-style --micro_batch and "
+                      "--grad_accum) or with --set train_micro_batch_size_per_gpu=N");
+  }
   doc[kBatchKeys[0]] = config.batch.train_batch_size;
   doc[kBatchKeys[1]] = config.batch.micro_batch;
   doc[kBatchKeys[2]] = config.batch.grad_accum;
@@ -64,11 +92,12 @@ DType Config::compute_dtype() const {
 Config Config::from_json(const nlohmann::json& input, const ConfigOptions& options) {
   if (!input.is_object()) throw ConfigError("config: expected a JSON object {...}, got " + input.dump());
   nlohmann::json doc = input;
-  normalize_aliases(doc);
+  normalize_bf16_alias(doc);
   for (const auto& [path, value] : options.overrides) {
     const bool alias = path.rfind("bfloat16.", 0) == 0;
     set_dotted(doc, alias ? "bf16" + path.substr(8) : path, value);
   }
+  normalize_legacy_offload(doc);
   fill_auto(doc, options.auto_values);
 
   ParseContext context(options.warn);
@@ -91,18 +120,40 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   JsonReader aio = root.section("aio");
   config.aio = parse_aio(aio);
   parse_misc_sections(root, config);
-  // Top-level DeepSpeed keys that change nothing here (tuning knobs and switches of other engines): accepted.
-  root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dump_state", "disable_allgather",
-               "data_types", "pipeline", "dataloader_drop_last", "timers", "seq_parallel_communication_data_type",
-               "use_data_before_expert_parallelism", "graph_harvesting", "checkpoint_parallel_write_pipeline"});
+  parse_data_types(root, config);
+  // Top-level DeepSpeed keys that change nothing in this engine; tests/config/key_table_test.cpp gives each reason.
+  root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dataloader_drop_last", "timers",
+               "seq_parallel_communication_data_type", "use_data_before_expert_parallelism",
+               "checkpoint_parallel_write_pipeline", "pipeline", "vocabulary_size", "log_level"});
+  root.accept_only_default("dump_state", false);
+  root.accept_only_default("managed_gradient_accumulation", true);
+  root.accept_only_default("gradient_allreduce_op", "mean");
+  root.accept_only_default("datastates_ckpt", false);
+  root.accept_only_default("disable_allgather", false);
+  root.accept_only_default("graph_harvesting", false);
   // DeepSpeed features this engine does not have: fine while off, an error when switched on.
   root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "compression_training", "data_efficiency",
-                           "curriculum_learning", "autotuning", "nebula", "sparse_attention", "eigenvalue",
-                           "progressive_layer_drop", "quantize_training", "hybrid_engine", "compile",
-                           "weight_quantization", "tensor_parallel"});
+                           "curriculum_learning", "autotuning", "nebula", "eigenvalue", "progressive_layer_drop",
+                           "quantize_training", "hybrid_engine", "compile", "weight_quantization", "comet",
+                           "torch_autocast"});
+  // Two DeepSpeed switches without an "enabled" key: sparse attention is on once its section is there, automatic
+  // tensor parallelism once autotp_size > 1.
+  if (root.has("sparse_attention")) {
+    throw ConfigError("sparse_attention: DeepSpeed switches sparse attention on by the section's presence; it is not "
+                      "supported yet by deepspeed.cpp; remove the section");
+  }
+  if (root.has("tensor_parallel")) {
+    JsonReader tp = root.section("tensor_parallel");
+    tp.require(tp.get_int("autotp_size", 0, 0) <= 1, "autotp_size",
+               "0 or 1: tensor parallelism is not supported yet by deepspeed.cpp");
+    tp.accept({"preset_model", "tp_overlap_comm", "partition_config", "dtype", "tp", "injection_policy_tuple",
+               "keep_module_on_host", "kernel_inject"});
+    tp.finish();
+  }
   root.finish();
   check_no_auto_left(doc);
   config.resolved = std::move(doc);
+  check_supported(config);
   return config;
 }
 

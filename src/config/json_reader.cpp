@@ -196,6 +196,18 @@ std::array<double, 2> JsonReader::get_pair(const std::string& key, std::array<do
   return {value[0].get<double>(), value[1].get<double>()};
 }
 
+void JsonReader::rename(const std::string& old_key, const std::string& key) {
+  accept({old_key});
+  auto it = object_.find(old_key);
+  if (it == object_.end()) return;
+  if (object_.contains(key)) {
+    throw ConfigError(path_of(old_key) + " = " + it->dump() + ": an older name of " + path_of(key) +
+                      ", which is also given; keep one of them");
+  }
+  object_[key] = *it;
+  object_.erase(old_key);
+}
+
 JsonReader JsonReader::section(const std::string& key) {
   const nlohmann::json* value = lookup(key);
   if (value == nullptr || value->is_null()) object_[key] = nlohmann::json::object();
@@ -213,14 +225,36 @@ void JsonReader::accept(const std::vector<std::string>& keys) {
   }
 }
 
+namespace {
+
+// DeepSpeed switches a feature on with `true`, with "enabled": true, or — for sections made of sub-sections
+// (compression_training's techniques) — with any sub-section's "enabled" (or "shared_parameters.enabled").
+bool switched_on(const nlohmann::json& value) {
+  if (value.is_boolean()) return value.get<bool>();
+  if (!value.is_object()) return false;
+  if (value.contains("enabled")) return value["enabled"] == true;
+  for (const auto& item : value) {
+    if (switched_on(item)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void JsonReader::accept_only_default(const std::string& key, const nlohmann::json& def) {
+  accept({key});
+  const nlohmann::json* value = lookup(key);
+  if (value == nullptr || value->is_null() || *value == def) return;
+  throw ConfigError(path_of(key) + " = " + value->dump() + ": not supported yet by deepspeed.cpp, which does what "
+                    "DeepSpeed's default " + def.dump() + " does; remove the key or set it to " + def.dump());
+}
+
 void JsonReader::accept_if_disabled(const std::vector<std::string>& keys) {
   accept(keys);
   for (const auto& key : keys) {
     const nlohmann::json* value = lookup(key);
     if (value == nullptr) continue;
-    const bool on = (value->is_boolean() && value->get<bool>()) ||
-                    (value->is_object() && value->contains("enabled") && (*value)["enabled"] == true);
-    if (on) {
+    if (switched_on(*value)) {
       throw ConfigError(path_of(key) + ": this DeepSpeed feature is not supported yet by deepspeed.cpp; remove the key "
                                        "or disable it");
     }
@@ -230,11 +264,13 @@ void JsonReader::accept_if_disabled(const std::vector<std::string>& keys) {
 void JsonReader::finish() {
   for (auto it = object_.begin(); it != object_.end(); ++it) {
     if (std::find(known_.begin(), known_.end(), it.key()) != known_.end()) continue;
-    std::string message = "unknown config key '" + path_of(it.key()) + "' (ignored)";
-    if (auto hint = suggest_key(it.key(), path_, known_, context_.known_paths())) {
-      message += "; did you mean '" + *hint + "'?";
+    const auto hint = suggest_key(it.key(), path_, known_, context_.known_paths());
+    const std::string did_you_mean = hint ? "; did you mean '" + *hint + "'?" : "";
+    if (!path_.empty()) {
+      throw ConfigError("unknown config key '" + path_of(it.key()) + "' in section '" + path_ + "'" + did_you_mean +
+                        " (DeepSpeed rejects unknown keys inside a section too)");
     }
-    context_.warn(message);
+    context_.warn("unknown config key '" + path_of(it.key()) + "' (ignored)" + did_you_mean);
   }
 }
 

@@ -3,6 +3,23 @@
 #include "dscpp/config/sections.h"
 
 namespace dscpp {
+namespace {
+
+// A dtype name or null (absent: written out as null). DeepSpeed accepts its short and torch-style spellings;
+// resolved keeps the short one.
+std::optional<DType> read_dtype(JsonReader& section, const std::string& key) {
+  static const std::vector<std::string> kDtypes = {"fp32", "float32", "fp16", "float16", "bf16", "bfloat16"};
+  if (!section.has(key)) {
+    section.get_optional_string(key);  // writes null
+    return std::nullopt;
+  }
+  const std::string name = section.get_choice(key, "fp32", kDtypes);
+  if (name == "fp32" || name == "float32") return DType::kFloat32;
+  if (name == "fp16" || name == "float16") return DType::kFloat16;
+  return DType::kBFloat16;
+}
+
+}  // namespace
 
 void parse_precision(JsonReader& root, Config& config) {
   JsonReader fp16 = root.section("fp16");
@@ -25,25 +42,26 @@ void parse_precision(JsonReader& root, Config& config) {
   JsonReader bf16 = root.section("bf16");
   config.bf16 = bf16.get_bool("enabled", false);
   bf16.accept({"immediate_grad_update", "check_grad_overflow"});
+  bf16.accept_only_default("bf16_master_weights_and_grads", false);
+  bf16.accept_only_default("bf16_optimizer_states", false);
   bf16.finish();
   if (config.fp16.enabled && config.bf16) {
     throw ConfigError("fp16.enabled = true and bf16.enabled = true: enable at most one of fp16 and bf16");
   }
 
-  // DeepSpeed accepts both its short and torch-style spellings; resolved keeps the short one.
-  static const std::vector<std::string> kDtypes = {"fp32", "float32", "fp16", "float16", "bf16", "bfloat16"};
-  if (root.has("communication_data_type")) {
-    std::string name = root.get_choice("communication_data_type", "fp32", kDtypes);
-    if (name == "fp32" || name == "float32") {
-      config.communication_data_type = DType::kFloat32;
-    } else if (name == "fp16" || name == "float16") {
-      config.communication_data_type = DType::kFloat16;
-    } else {
-      config.communication_data_type = DType::kBFloat16;
-    }
-  } else {
-    root.get_optional_string("communication_data_type");  // writes null: "the compute dtype"
+  config.communication_data_type = read_dtype(root, "communication_data_type");
+}
+
+void parse_data_types(JsonReader& root, Config& config) {
+  JsonReader data_types = root.section("data_types");
+  config.grad_accum_dtype = read_dtype(data_types, "grad_accum_dtype");  // checked by check_supported
+  // DeepSpeed requires param_dtype to name the fp16/bf16 mode's dtype, and casts buffers to buffer_dtype.
+  if (auto param = read_dtype(data_types, "param_dtype")) {
+    data_types.require(*param == config.compute_dtype(), "param_dtype",
+                       "\"" + to_string(config.compute_dtype()) + "\", the dtype fp16/bf16 select");
   }
+  data_types.accept_only_default("buffer_dtype", nullptr);
+  data_types.finish();
 }
 
 }  // namespace dscpp

@@ -30,7 +30,8 @@ OffloadOptimizerConfig parse_offload_optimizer(JsonReader& section) {
   c.fast_init = section.get_bool("fast_init", false);
   c.ratio = section.get_number("ratio", 1.0);
   section.require(c.ratio >= 0.0 && c.ratio <= 1.0, "ratio", "a number in [0, 1]");
-  section.accept({"pipeline", "pipeline_read", "pipeline_write"});
+  section.accept({"pipeline", "pipeline_read", "pipeline_write", "cpuadam_cores_perc"});
+  section.accept_only_default("super_offload", false);
   section.finish();
   return c;
 }
@@ -43,6 +44,15 @@ OffloadParamConfig parse_offload_param(JsonReader& section) {
   c.buffer_count = static_cast<int>(section.get_int("buffer_count", 5, 1, 1024));
   c.buffer_size = section.get_int("buffer_size", 100'000'000, 1);
   c.max_in_cpu = section.get_int("max_in_cpu", 1'000'000'000, 0);
+  // DeepSpeed's NVMe parameter swapper stages parameters through buffer_count buffers of buffer_size elements and
+  // keeps up to max_in_cpu elements in host memory; ours swaps whole partition shards, so other values would be
+  // ignored: refused with NVMe (without it DeepSpeed reads neither).
+  if (c.device == OffloadDevice::kNvme) {
+    section.require(c.buffer_size == 100'000'000, "buffer_size",
+                    "100000000, DeepSpeed's default (other NVMe parameter buffer sizes are not supported yet)");
+    section.require(c.max_in_cpu == 1'000'000'000, "max_in_cpu",
+                    "1000000000, DeepSpeed's default (other NVMe parameter host caches are not supported yet)");
+  }
   section.finish();
   return c;
 }
@@ -84,13 +94,32 @@ ZeroConfig parse_zero(JsonReader& z) {
                       "\" needs zero_optimization.stage 3 (got stage " + std::to_string(c.stage) +
                       "): parameter offload partitions the parameters; use offload_optimizer below stage 3");
   }
-  // DeepSpeed keys that change nothing here: accepted. ("cpu_offload" was mapped onto offload_optimizer.)
-  z.accept({"cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory", "load_from_fp32_weights",
-            "elastic_checkpoint", "ignore_unused_parameters", "legacy_stage1", "zero_hpz_partition_size",
-            "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
-            "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
-            "stage3_use_all_reduce_for_fetch_params", "stage3_module_granularity_threshold",
-            "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+  // DeepSpeed keys whose every value means what this engine does (see tests/config/key_table_test.cpp for each
+  // reason): "cpu_offload*" were folded into the offload sections before parsing (DeepSpeed applies nothing for
+  // cpu_offload_use_pin_memory); gradients always land in one flat buffer (contiguous_gradients); every checkpoint
+  // is elastic; the rest tune Python-side mechanics.
+  z.accept({"cpu_offload", "cpu_offload_param", "cpu_offload_params", "cpu_offload_use_pin_memory",
+            "elastic_checkpoint", "memory_efficient_linear", "override_module_apply", "use_multi_rank_bucket_allreduce",
+            "log_trace_cache_warnings", "stage3_allgather_sequential", "enable_sanity_checks",
+            "save_muon_momentum_buffer_in_memory"});
+  // DeepSpeed settings this engine has only at their default.
+  z.accept_only_default("zeropp_loco_param", nullptr);  // ZeRO++ LoCo error feedback
+  z.accept_only_default("load_from_fp32_weights", true);
+  z.accept_only_default("ignore_unused_parameters", true);
+  z.accept_only_default("legacy_stage1", false);
+  z.accept_only_default("pipeline_loading_checkpoint", false);
+  z.accept_only_default("stage3_use_all_reduce_for_fetch_params", false);
+  z.accept_only_default("stage3_module_granularity_threshold", 0);
+  z.accept_only_default("mics_hierarchical_params_gather", false);
+  // ZeRO++ hierarchical partitioning and MiCS: off at 1 and -1 (or 0), DeepSpeed's "not used".
+  const int64_t hpz = z.get_int("zero_hpz_partition_size", 1, 1);
+  z.require(hpz == 1, "zero_hpz_partition_size", "1: ZeRO++ hierarchical partitioning (hpZ) is not supported yet");
+  const int64_t mics = z.get_int("mics_shard_size", -1, -1);
+  z.require(mics <= 0, "mics_shard_size", "-1: MiCS sharding is not supported yet");
+  if (z.has("stage3_model_persistence_threshold")) {
+    z.require(z.get_int("stage3_model_persistence_threshold", kNoMax, 0) == kNoMax,
+              "stage3_model_persistence_threshold", "absent (unbounded): a model-wide bound is not supported yet");
+  }
   // ZeRO++ quantized communication: not built.
   z.accept_if_disabled({"zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients"});
   z.finish();
@@ -101,10 +130,11 @@ AioConfig parse_aio(JsonReader& a) {
   AioConfig c;
   c.block_size = a.get_int("block_size", 1'048'576, 1);
   c.queue_depth = static_cast<int>(a.get_int("queue_depth", 8, 1, 65536));
+  a.rename("thread_count", "intra_op_parallelism");  // DeepSpeed's older name
   c.intra_op_parallelism = static_cast<int>(a.get_int("intra_op_parallelism", 1, 1, 1024));
   c.single_submit = a.get_bool("single_submit", false);
   c.overlap_events = a.get_bool("overlap_events", true);
-  a.accept({"thread_count", "use_gds"});
+  a.accept_only_default("use_gds", false);
   a.finish();
   return c;
 }

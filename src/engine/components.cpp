@@ -12,23 +12,6 @@ void reject(const std::string& key, const std::string& what) {
 
 }  // namespace
 
-void check_supported(const Config& config) {
-  const auto& offload = config.zero.offload_optimizer;
-  if (offload.device != OffloadDevice::kNone && config.zero.stage == 0) {
-    throw ConfigError(std::string("zero_optimization.offload_optimizer.device is \"") +
-                      (offload.device == OffloadDevice::kCpu ? "cpu" : "nvme") +
-                      "\" at stage 0: offloading moves each rank's optimizer partition off the device, so it needs "
-                      "zero_optimization.stage 1, 2 or 3");
-  }
-  if (offload.device != OffloadDevice::kNone && offload.ratio != 1.0) {
-    reject("zero_optimization.offload_optimizer.ratio", "a value other than 1 (partial offload)");
-  }
-  if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
-  if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
-  if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
-  // checkpoint.load_universal needs nothing: every checkpoint here loads on any world size and stage.
-}
-
 torch::ScalarType to_scalar_type(DType dtype) {
   switch (dtype) {
     case DType::kFloat32: return torch::kFloat32;

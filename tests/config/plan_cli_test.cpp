@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "../common/subprocess.h"
+#include "dscpp/config/config.h"
 
 namespace {
 
@@ -88,6 +89,56 @@ void expect_error(const PlanRun& r, const std::string& path, const std::string& 
   EXPECT_EQ(r.err.rfind("error: " + path + ": ", 0), 0u) << r.err;
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+}
+
+// `plan` says no to exactly what dscpp::initialize says no to: both go through Config::from_json, whose
+// check_supported is the one list (the engine runs it again on Configs built in code). Each rejected config's
+// message from `plan` is the parser's, word for word.
+TEST(PlanCli, RejectsWhatInitializeRejects) {
+  const nlohmann::json base = {{"train_micro_batch_size_per_gpu", 2},
+                               {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
+  const std::vector<std::pair<std::string, nlohmann::json>> rejected = {
+      {"fp16.auto_cast", {{"fp16", {{"enabled", true}, {"auto_cast", true}}}}},
+      {"wandb.enabled", {{"wandb", {{"enabled", true}}}}},
+      {"zero_optimization.round_robin_gradients", {{"zero_optimization", {{"stage", 2}, {"round_robin_gradients", true}}}}},
+      {"zero_optimization.offload_optimizer.ratio",
+       {{"zero_optimization", {{"stage", 2}, {"offload_optimizer", {{"device", "cpu"}, {"ratio", 0.3}}}}}}},
+      {"optimizer.type", {{"optimizer", {{"type", "Lamb"}, {"params", {{"lr", 1e-3}}}}}}},
+      {"zero_optimization.offload_optimizer.device", {{"zero_optimization", {{"stage", 0}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
+      {"data_types.grad_accum_dtype", {{"bf16", {{"enabled", true}}}, {"data_types", {{"grad_accum_dtype", "fp32"}}}}},
+      {"zero_optimization.zero_hpz_partition_size", {{"zero_optimization", {{"stage", 3}, {"zero_hpz_partition_size", 8}}}}},
+      {"tensor_parallel.autotp_size", {{"tensor_parallel", {{"autotp_size", 2}}}}},
+      {"sparse_attention", {{"sparse_attention", {{"mode", "fixed"}}}}},
+      {"zero_optimization.stage3_prefetch_bucket_sise",
+       {{"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_sise", 1000}}}}},
+  };
+  for (const auto& [key, patch] : rejected) {
+    nlohmann::json config = base;
+    config.merge_patch(patch);
+    const std::string path = write_config("rejected_" + key + ".json", config);
+    std::string parser_error;
+    try {
+      dscpp::Config::from_file(path);
+    } catch (const dscpp::ConfigError& e) {
+      parser_error = e.what();
+    }
+    EXPECT_NE(parser_error.find(key), std::string::npos) << key << ": " << parser_error;
+    const PlanRun r = plan(path);
+    EXPECT_NE(r.code, 0) << key;
+    EXPECT_EQ(r.err, "error: " + parser_error + "\n") << key;
+  }
+}
+
+TEST(PlanCli, ModelPresetGivesTheParameterCount) {
+  const std::string path = write_config("model.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                        {"zero_optimization", {{"stage", 3}}}});
+  const PlanRun r = plan(path + " --model gpt2 --world_size 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("model: gpt-train --model gpt2: 124439808 params (12 layers, 768 wide, 12 heads, vocab 50257"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model-state memory per rank (Adam, 124439808 params"), std::string::npos) << r.out;
+  EXPECT_NE(plan(path + " --model gpt5").err.find("unknown preset 'gpt5'"), std::string::npos);
+  EXPECT_NE(plan(path + " --model gpt2 --params 1B").code, 0);  // one or the other
 }
 
 TEST(PlanCli, Fp16AndBf16Rejected) {

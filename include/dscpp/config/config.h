@@ -152,6 +152,7 @@ struct Config {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<DType> communication_data_type;  // nullopt = the compute dtype
+  std::optional<DType> grad_accum_dtype;          // "data_types.grad_accum_dtype"; nullopt = the stage's own
   Fp16Config fp16;
   bool bf16 = false;                    // "bf16.enabled" (alias "bfloat16")
   std::optional<OptimizerConfig> optimizer;

@@ -56,20 +56,28 @@ class JsonReader {
   // A list of strings, each one of `allowed`; absent: empty.
   std::vector<std::string> get_string_list(const std::string& key, const std::vector<std::string>& allowed);
 
+  // An older spelling: its value moves to `key` (both given is an error), so the resolved config has one name.
+  void rename(const std::string& old_key, const std::string& key);
+
   // A nested object; absent or null becomes {} (written out, so defaults appear in the resolved config).
   JsonReader section(const std::string& key);
 
   // Keys DeepSpeed accepts that we read elsewhere or ignore: known, so they draw no warning.
   void accept(const std::vector<std::string>& keys);
   // DeepSpeed features this engine does not have: accepted while off, a ConfigError ("... is not supported yet")
-  // when the key is `true` or an object with "enabled": true.
+  // when the key is `true` or an object switched on (its "enabled" is true, or, for a section without an "enabled"
+  // key, any sub-section's is).
   void accept_if_disabled(const std::vector<std::string>& keys);
+  // A DeepSpeed key whose other settings this engine does not have: accepted when absent, null or equal to `def`
+  // (DeepSpeed's default, what the engine does), a ConfigError naming the key and the default otherwise.
+  void accept_only_default(const std::string& key, const nlohmann::json& def);
 
   // Throws ConfigError "<path> = <value>: expected <allowed>" unless `ok`.
   void require(bool ok, const std::string& key, const std::string& allowed) const;
   [[noreturn]] void fail(const std::string& key, const std::string& allowed) const;
 
-  // Warns (through the context) about every key of the object that no read asked for.
+  // Every key of the object that no read asked for: a warning at the root (DeepSpeed ignores unknown top-level keys),
+  // a ConfigError inside a section (DeepSpeed's section models forbid extra keys), with the closest known key.
   void finish();
 
  private:

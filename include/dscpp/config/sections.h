@@ -10,6 +10,8 @@ namespace dscpp {
 
 // "fp16", "bf16" (alias "bfloat16", folded before parsing) and "communication_data_type" of the root.
 void parse_precision(JsonReader& root, Config& config);
+// "data_types": grad_accum_dtype (nullopt: unset) and the checks of param_dtype / buffer_dtype.
+void parse_data_types(JsonReader& root, Config& config);
 // "zero_optimization" and "aio".
 ZeroConfig parse_zero(JsonReader& section);
 AioConfig parse_aio(JsonReader& section);

@@ -9,15 +9,13 @@
 #include <string>
 
 #include "dscpp/config/config.h"
+#include "dscpp/config/support.h"
 #include "dscpp/offload/state_store.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/zero/zero_stage.h"
 
 namespace dscpp {
-
-// Throws ConfigError naming the key for features the config enables that the engine does not support yet.
-void check_supported(const Config& config);
 
 torch::ScalarType to_scalar_type(DType dtype);
 

@@ -1,0 +1,47 @@
+// check_supported: every config this engine cannot run stops here, at parse time, naming the key.
+#include "dscpp/config/support.h"
+
+#include <variant>
+
+namespace dscpp {
+namespace {
+
+[[noreturn]] void reject(const std::string& key, const std::string& what) {
+  throw ConfigError(key + ": " + what + " is not supported yet by deepspeed.cpp");
+}
+
+}  // namespace
+
+DType gradient_accumulation_dtype(const Config& config) {
+  if (config.zero.stage < 2) return config.compute_dtype();
+  if (config.zero.offload_optimizer.device != OffloadDevice::kNone) return DType::kFloat32;
+  return config.communication_data_type.value_or(config.compute_dtype());
+}
+
+void check_supported(const Config& config) {
+  const auto& offload = config.zero.offload_optimizer;
+  if (offload.device != OffloadDevice::kNone && config.zero.stage == 0) {
+    throw ConfigError(std::string("zero_optimization.offload_optimizer.device is \"") +
+                      (offload.device == OffloadDevice::kCpu ? "cpu" : "nvme") +
+                      "\" at stage 0: offloading moves each rank's optimizer partition off the device, so it needs "
+                      "zero_optimization.stage 1, 2 or 3");
+  }
+  if (offload.device != OffloadDevice::kNone && offload.ratio != 1.0) {
+    reject("zero_optimization.offload_optimizer.ratio", "a value other than 1 (partial offload)");
+  }
+  if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
+  if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
+  if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
+  if (config.optimizer && std::holds_alternative<LambOptions>(config.optimizer->options)) {
+    reject("optimizer.type", "\"Lamb\" (use Adam, AdamW, SGD, Lion or Adagrad)");
+  }
+  if (config.grad_accum_dtype && *config.grad_accum_dtype != gradient_accumulation_dtype(config)) {
+    reject("data_types.grad_accum_dtype",
+           "\"" + to_string(*config.grad_accum_dtype) + "\" at stage " + std::to_string(config.zero.stage) +
+               " with " + to_string(config.compute_dtype()) + " compute (this config accumulates gradients in " +
+               to_string(gradient_accumulation_dtype(config)) + "; set that or remove the key)");
+  }
+  // checkpoint.load_universal needs nothing: every checkpoint here loads on any world size and stage.
+}
+
+}  // namespace dscpp

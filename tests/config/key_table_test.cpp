@@ -1,0 +1,423 @@
+// Every key of DeepSpeed's config reference (docs/_pages/config-json.md, and the keys its ZeRO/offload models
+// accept), with what deepspeed.cpp does with it, asserted (issue 17):
+//   acts      — the value reaches the typed Config (the row names the test that shows its effect on training);
+//   harmless  — accepted; the row says why no value can change what this engine computes;
+//   refused   — a value other than DeepSpeed's default stops the parse with "not supported yet", naming the key.
+// A key missing from this table, or a parser that starts warning about one, fails the last test.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "config_test_util.h"
+
+namespace dscpp::testing {
+namespace {
+
+enum class Kind { kActs, kHarmless, kRefused };
+
+struct Row {
+  std::string path;          // dotted key
+  nlohmann::json value;      // a non-default value (acts, refused) or any value (harmless)
+  Kind kind;
+  std::string why;           // acts: the test showing the effect; harmless: the reason; refused: expected text
+  std::function<bool(const Config&)> took = {};  // acts: the value reached the typed config
+  nlohmann::json context = nlohmann::json::object();  // other keys (dotted) the row needs, e.g. stage 3
+};
+
+const nlohmann::json kBase = {{"train_micro_batch_size_per_gpu", 2},
+                              {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
+
+const nlohmann::json kStage3 = {{"zero_optimization.stage", 3}};
+const nlohmann::json kStage2 = {{"zero_optimization.stage", 2}};
+const nlohmann::json kNvmeOptimizer = {{"zero_optimization.stage", 2},
+                                       {"zero_optimization.offload_optimizer.device", "nvme"},
+                                       {"zero_optimization.offload_optimizer.nvme_path", "/tmp"}};
+const nlohmann::json kNvmeParam = {{"zero_optimization.stage", 3},
+                                   {"zero_optimization.offload_param.device", "nvme"},
+                                   {"zero_optimization.offload_param.nvme_path", "/tmp"}};
+
+std::vector<Row> table() {
+  using K = Kind;
+  return {
+      // Batch size (SPEC §3.1).
+      {"train_batch_size", 8, K::kActs, "BatchTriangle.*", [](const Config& c) { return c.batch.train_batch_size == 8; }},
+      {"train_micro_batch_size_per_gpu", 4, K::kActs, "GptTrain.AccumulationSplitGivesTheSameTrajectory",
+       [](const Config& c) { return c.batch.micro_batch == 4; }},
+      {"gradient_accumulation_steps", 3, K::kActs, "GptTrain.AccumulationSplitGivesTheSameTrajectory",
+       [](const Config& c) { return c.batch.grad_accum == 3; }},
+      // Optimizer and scheduler: the section parsers have their own tests (config_defaults_test, flat optimizers).
+      {"optimizer.params.amsgrad", true, K::kActs, "FlatAdam.AmsgradMatchesTorchInBothModes",
+       [](const Config& c) { return std::get<AdamOptions>(c.optimizer->options).amsgrad; }},
+      {"optimizer.params.torch_adam", true, K::kHarmless,
+       "torch.optim.Adam(W) instead of FusedAdam: the same update; ours is one flat Adam either way"},
+      {"optimizer.params.adam_w_mode", false, K::kActs, "FlatAdam.L2ModeMatchesTorchAdam",
+       [](const Config& c) { return !std::get<AdamOptions>(c.optimizer->options).adam_w_mode; },
+       {{"optimizer.type", "Adam"}}},
+      {"optimizer.params.fused", true, K::kHarmless, "a kernel choice of torch's; the same update"},
+      {"optimizer.params.set_grad_none", true, K::kHarmless, "gradients are freed or zeroed the same way either way"},
+      {"optimizer.legacy_fusion", true, K::kHarmless, "a kernel choice of DeepSpeed's fp16 optimizer"},
+      {"optimizer.type", "Lamb", K::kRefused, "optimizer.type: \"Lamb\""},
+      {"scheduler.type", "WarmupLR", K::kActs, "LrSchedule.*", [](const Config& c) { return c.scheduler.has_value(); }},
+      // Communication.
+      {"communication_data_type", "fp32", K::kActs, "ZeroEquivalence.*CommDtype*",
+       [](const Config& c) { return c.communication_data_type == DType::kFloat32; }},
+      {"prescale_gradients", true, K::kActs, "EngineAveraging.*", [](const Config& c) { return c.prescale_gradients; }},
+      {"gradient_predivide_factor", 2.0, K::kActs, "EngineAveraging.*",
+       [](const Config& c) { return c.gradient_predivide_factor == 2.0; }},
+      {"sparse_gradients", true, K::kRefused, "sparse_gradients: this DeepSpeed feature is not supported yet"},
+      // Precision.
+      {"fp16.enabled", true, K::kActs, "EnginePrecision.*", [](const Config& c) { return c.fp16.enabled; }},
+      {"fp16.auto_cast", true, K::kRefused, "fp16.auto_cast: true is not supported yet"},
+      {"fp16.loss_scale", 128.0, K::kActs, "LossScaler.*", [](const Config& c) { return c.fp16.scaler.static_scale == 128; }},
+      {"fp16.initial_scale_power", 12, K::kActs, "LossScaler.*",
+       [](const Config& c) { return c.fp16.scaler.initial_scale_power == 12; }},
+      {"fp16.loss_scale_window", 50, K::kActs, "LossScaler.*", [](const Config& c) { return c.fp16.scaler.scale_window == 50; }},
+      {"fp16.hysteresis", 3, K::kActs, "LossScaler.*", [](const Config& c) { return c.fp16.scaler.hysteresis == 3; }},
+      {"fp16.consecutive_hysteresis", true, K::kActs, "LossScaler.*",
+       [](const Config& c) { return c.fp16.scaler.consecutive_hysteresis; }},
+      {"fp16.min_loss_scale", 4.0, K::kActs, "LossScaler.*", [](const Config& c) { return c.fp16.scaler.min_scale == 4; }},
+      {"fp16.fp16_master_weights_and_grads", true, K::kRefused, "fp16.fp16_master_weights_and_grads"},
+      {"bf16.enabled", true, K::kActs, "EnginePrecision.*", [](const Config& c) { return c.bf16; }},
+      {"bf16.immediate_grad_update", true, K::kHarmless,
+       "when BF16_Optimizer folds each gradient into its fp32 copy; the sums are the same"},
+      {"bf16.check_grad_overflow", true, K::kHarmless, "non-finite gradients always skip the step here"},
+      {"data_types.grad_accum_dtype", "fp32", K::kRefused, "data_types.grad_accum_dtype: \"fp32\" at stage 0",
+       {}, {{"bf16.enabled", true}}},
+      {"data_types.grad_accum_dtype", "bf16", K::kActs, "this config's own accumulation dtype (support.h)",
+       [](const Config& c) { return c.grad_accum_dtype == DType::kBFloat16; }, {{"bf16.enabled", true}}},
+      {"bf16.bf16_master_weights_and_grads", true, K::kRefused, "bf16.bf16_master_weights_and_grads"},
+      {"bf16.bf16_optimizer_states", true, K::kRefused, "bf16.bf16_optimizer_states"},
+      {"data_types.param_dtype", "bf16", K::kHarmless,
+       "a check that it names the fp16/bf16 mode's dtype (KeyTable.ParamDtypeMustNameTheComputeDtype)", {},
+       {{"bf16.enabled", true}}},
+      {"data_types.buffer_dtype", "fp32", K::kRefused, "data_types.buffer_dtype"},
+      {"amp", nlohmann::json{{"enabled", true}}, K::kRefused, "amp: this DeepSpeed feature is not supported yet"},
+      {"gradient_clipping", 1.0, K::kActs, "EngineClipping.*", [](const Config& c) { return c.gradient_clipping == 1.0; }},
+      // ZeRO (SPEC §3.4-7).
+      {"zero_optimization.stage", 2, K::kActs, "ZeroEquivalence.*", [](const Config& c) { return c.zero.stage == 2; }},
+      {"zero_optimization.allgather_partitions", false, K::kHarmless,
+       "DeepSpeed has not read it since v0.5.9; the updated partitions are all-gathered either way"},
+      {"zero_optimization.allgather_bucket_size", 1000, K::kActs, "ZeroEquivalence.ReduceScatterOffAndSmallAllGathers",
+       [](const Config& c) { return c.zero.allgather_bucket_size == 1000; }},
+      {"zero_optimization.overlap_comm", true, K::kActs, "ZeroEquivalence.*",
+       [](const Config& c) { return c.zero.overlap_comm; }},
+      {"zero_optimization.reduce_scatter", false, K::kActs, "ZeroEquivalence.ReduceScatterOffAndSmallAllGathers",
+       [](const Config& c) { return !c.zero.reduce_scatter; }},
+      {"zero_optimization.reduce_bucket_size", 1000, K::kActs, "ZeroEquivalence.*",
+       [](const Config& c) { return c.zero.reduce_bucket_size == 1000; }},
+      {"zero_optimization.contiguous_gradients", false, K::kHarmless,
+       "gradients always land in one flat buffer or bucket here; DeepSpeed's flag only avoids fragmentation"},
+      {"zero_optimization.load_from_fp32_weights", false, K::kRefused, "zero_optimization.load_from_fp32_weights"},
+      {"zero_optimization.round_robin_gradients", true, K::kRefused, "zero_optimization.round_robin_gradients"},
+      {"zero_optimization.sub_group_size", 1000, K::kActs, "NvmeStore.* / offload sub-group stepping",
+       [](const Config& c) { return c.zero.sub_group_size == 1000; }},
+      {"zero_optimization.stage3_max_live_parameters", 1000, K::kActs, "Zero3.*",
+       [](const Config& c) { return c.zero.stage3_max_live_parameters == 1000; }, kStage3},
+      {"zero_optimization.stage3_max_reuse_distance", 1000, K::kActs, "Zero3.*",
+       [](const Config& c) { return c.zero.stage3_max_reuse_distance == 1000; }, kStage3},
+      {"zero_optimization.stage3_prefetch_bucket_size", 1000, K::kActs, "Zero3.*",
+       [](const Config& c) { return c.zero.stage3_prefetch_bucket_size == 1000; }, kStage3},
+      {"zero_optimization.stage3_param_persistence_threshold", 1000, K::kActs, "Zero3.*",
+       [](const Config& c) { return c.zero.stage3_param_persistence_threshold == 1000; }, kStage3},
+      {"zero_optimization.stage3_model_persistence_threshold", 1000, K::kRefused,
+       "zero_optimization.stage3_model_persistence_threshold", {}, kStage3},
+      {"zero_optimization.stage3_gather_16bit_weights_on_model_save", true, K::kActs, "EngineSave16bit.*",
+       [](const Config& c) { return c.zero.stage3_gather_16bit_weights_on_model_save; }, kStage3},
+      {"zero_optimization.stage3_gather_fp16_weights_on_model_save", true, K::kActs, "the deprecated spelling",
+       [](const Config& c) { return c.zero.stage3_gather_16bit_weights_on_model_save; }, kStage3},
+      {"zero_optimization.stage3_use_all_reduce_for_fetch_params", true, K::kRefused,
+       "zero_optimization.stage3_use_all_reduce_for_fetch_params", {}, kStage3},
+      {"zero_optimization.stage3_module_granularity_threshold", 1000, K::kRefused,
+       "zero_optimization.stage3_module_granularity_threshold", {}, kStage3},
+      {"zero_optimization.zero_hpz_partition_size", 2, K::kRefused, "zero_optimization.zero_hpz_partition_size"},
+      {"zero_optimization.zero_quantized_weights", true, K::kRefused, "zero_optimization.zero_quantized_weights"},
+      {"zero_optimization.zero_quantized_nontrainable_weights", true, K::kRefused,
+       "zero_optimization.zero_quantized_nontrainable_weights"},
+      {"zero_optimization.zero_quantized_gradients", true, K::kRefused, "zero_optimization.zero_quantized_gradients"},
+      {"zero_optimization.mics_shard_size", 2, K::kRefused, "zero_optimization.mics_shard_size"},
+      {"zero_optimization.mics_hierarchical_params_gather", true, K::kRefused,
+       "zero_optimization.mics_hierarchical_params_gather"},
+      {"zero_optimization.memory_efficient_linear", false, K::kHarmless,
+       "how DeepSpeed's ZeRO-3 linear saves its input for backward; the same gradients"},
+      {"zero_optimization.pipeline_loading_checkpoint", true, K::kRefused,
+       "zero_optimization.pipeline_loading_checkpoint"},
+      {"zero_optimization.override_module_apply", false, K::kHarmless, "a hook on Python's nn.Module.apply"},
+      {"zero_optimization.elastic_checkpoint", true, K::kHarmless, "every checkpoint here loads on any world size"},
+      {"zero_optimization.ignore_unused_parameters", false, K::kRefused, "zero_optimization.ignore_unused_parameters"},
+      {"zero_optimization.legacy_stage1", true, K::kRefused, "zero_optimization.legacy_stage1"},
+      {"zero_optimization.use_multi_rank_bucket_allreduce", false, K::kHarmless,
+       "how DeepSpeed groups its bucket all-reduces by owner; the same sums"},
+      {"zero_optimization.log_trace_cache_warnings", true, K::kHarmless, "logging only"},
+      {"zero_optimization.stage3_allgather_sequential", true, K::kHarmless,
+       "one all-gather per parameter instead of per bucket: the same values"},
+      {"zero_optimization.enable_sanity_checks", true, K::kHarmless, "cross-rank asserts; ours check order always"},
+      {"zero_optimization.save_muon_momentum_buffer_in_memory", true, K::kHarmless, "no Muon optimizer here"},
+      {"zero_optimization.zeropp_loco_param", nlohmann::json{{"err_beta", 0.8}}, K::kRefused,
+       "zero_optimization.zeropp_loco_param"},
+      {"zero_optimization.offload_optimizer.super_offload", true, K::kRefused,
+       "zero_optimization.offload_optimizer.super_offload", {}, kStage3},
+      {"zero_optimization.offload_optimizer.cpuadam_cores_perc", 0.5, K::kHarmless,
+       "a thread-count hint of super_offload, which is refused"},
+      {"zero_optimization.cpu_offload", true, K::kActs, "the legacy switch: offload_optimizer on the CPU",
+       [](const Config& c) { return c.zero.offload_optimizer.device == OffloadDevice::kCpu; }, kStage2},
+      {"zero_optimization.cpu_offload_params", true, K::kActs, "the legacy switch: offload_param on the CPU",
+       [](const Config& c) { return c.zero.offload_param.device == OffloadDevice::kCpu; }, kStage3},
+      {"zero_optimization.cpu_offload_param", true, K::kActs, "the legacy switch (pydantic spelling)",
+       [](const Config& c) { return c.zero.offload_param.device == OffloadDevice::kCpu; }, kStage3},
+      {"zero_optimization.cpu_offload_use_pin_memory", true, K::kHarmless,
+       "DeepSpeed warns that it is deprecated and applies nothing", {}, kStage2},
+      // offload_optimizer / offload_param (SPEC §3.7).
+      {"zero_optimization.offload_optimizer.device", "cpu", K::kActs, "EngineOffload.*",
+       [](const Config& c) { return c.zero.offload_optimizer.device == OffloadDevice::kCpu; }, kStage2},
+      {"zero_optimization.offload_optimizer.nvme_path", "/tmp", K::kActs, "NvmeStore.*",
+       [](const Config& c) { return c.zero.offload_optimizer.nvme_path == "/tmp"; }, kNvmeOptimizer},
+      {"zero_optimization.offload_optimizer.pin_memory", true, K::kActs, "HostMemory.*",
+       [](const Config& c) { return c.zero.offload_optimizer.pin_memory; }, kStage2},
+      {"zero_optimization.offload_optimizer.buffer_count", 2, K::kActs, "NvmeStore.*BufferCount*",
+       [](const Config& c) { return c.zero.offload_optimizer.buffer_count == 2; }, kNvmeOptimizer},
+      {"zero_optimization.offload_optimizer.fast_init", true, K::kHarmless,
+       "how DeepSpeed first fills its swap files; the same initial state"},
+      {"zero_optimization.offload_optimizer.ratio", 0.5, K::kRefused, "zero_optimization.offload_optimizer.ratio",
+       {}, {{"zero_optimization.stage", 2}, {"zero_optimization.offload_optimizer.device", "cpu"}}},
+      {"zero_optimization.offload_optimizer.pipeline_read", true, K::kHarmless,
+       "swap reads always run ahead of the step here (read-ahead in the NVMe store)"},
+      {"zero_optimization.offload_optimizer.pipeline_write", true, K::kHarmless,
+       "swap writes always overlap the next sub-group's step here"},
+      {"zero_optimization.offload_optimizer.pipeline", true, K::kHarmless, "the older name of the two above"},
+      {"zero_optimization.offload_param.device", "cpu", K::kActs, "EngineOffload.*",
+       [](const Config& c) { return c.zero.offload_param.device == OffloadDevice::kCpu; }, kStage3},
+      {"zero_optimization.offload_param.nvme_path", "/tmp", K::kActs, "NvmeStore.*",
+       [](const Config& c) { return c.zero.offload_param.nvme_path == "/tmp"; }, kNvmeParam},
+      {"zero_optimization.offload_param.pin_memory", true, K::kActs, "HostMemory.*",
+       [](const Config& c) { return c.zero.offload_param.pin_memory; }, kStage3},
+      {"zero_optimization.offload_param.buffer_count", 2, K::kActs, "NvmeStore.*",
+       [](const Config& c) { return c.zero.offload_param.buffer_count == 2; }, kNvmeParam},
+      {"zero_optimization.offload_param.buffer_size", 1000, K::kHarmless,
+       "without NVMe DeepSpeed reads neither buffer_size nor max_in_cpu", {}, kStage3},
+      {"zero_optimization.offload_param.max_in_cpu", 1000, K::kHarmless,
+       "without NVMe DeepSpeed reads neither buffer_size nor max_in_cpu", {}, kStage3},
+      {"zero_optimization.offload_param.buffer_size", 1000, K::kRefused, "zero_optimization.offload_param.buffer_size",
+       {}, kNvmeParam},
+      {"zero_optimization.offload_param.max_in_cpu", 1000, K::kRefused, "zero_optimization.offload_param.max_in_cpu",
+       {}, kNvmeParam},
+      // Asynchronous I/O (SPEC §3.7).
+      {"aio.block_size", 65536, K::kActs, "AsyncIoBackends.*", [](const Config& c) { return c.aio.block_size == 65536; }},
+      {"aio.queue_depth", 4, K::kActs, "AsyncIoBackends.*", [](const Config& c) { return c.aio.queue_depth == 4; }},
+      {"aio.intra_op_parallelism", 2, K::kActs, "AsyncIoBackends.AioKnobsShapeTheSubmissions",
+       [](const Config& c) { return c.aio.intra_op_parallelism == 2; }},
+      {"aio.thread_count", 3, K::kActs, "the older name of intra_op_parallelism",
+       [](const Config& c) { return c.aio.intra_op_parallelism == 3; }},
+      {"aio.single_submit", true, K::kActs, "AsyncIoBackends.AioKnobsShapeTheSubmissions",
+       [](const Config& c) { return c.aio.single_submit; }},
+      {"aio.overlap_events", false, K::kActs, "AsyncIoBackends.AioKnobsShapeTheSubmissions",
+       [](const Config& c) { return !c.aio.overlap_events; }},
+      {"aio.use_gds", true, K::kRefused, "aio.use_gds"},
+      // Logging and monitoring.
+      {"steps_per_print", 5, K::kActs, "Engine.*", [](const Config& c) { return c.steps_per_print == 5; }},
+      {"wall_clock_breakdown", true, K::kActs, "Engine.*", [](const Config& c) { return c.wall_clock_breakdown; }},
+      {"memory_breakdown", true, K::kActs, "EnginePrecision.Bf16WithMemoryBreakdownTrainsExactlyAsWithout",
+       [](const Config& c) { return c.memory_breakdown; }},
+      {"dump_state", true, K::kRefused, "dump_state"},
+      {"tensorboard.enabled", true, K::kActs, "TensorboardMonitor.*", [](const Config& c) { return c.tensorboard.enabled; }},
+      {"tensorboard.output_path", "runs", K::kActs, "TensorboardMonitor.*",
+       [](const Config& c) { return c.tensorboard.output_path == "runs"; }},
+      {"tensorboard.job_name", "j", K::kActs, "TensorboardMonitor.*", [](const Config& c) { return c.tensorboard.job_name == "j"; }},
+      {"csv_monitor.enabled", true, K::kActs, "Engine.*Csv*", [](const Config& c) { return c.csv_monitor.enabled; }},
+      {"csv_monitor.output_path", "csv", K::kActs, "Engine.*Csv*",
+       [](const Config& c) { return c.csv_monitor.output_path == "csv"; }},
+      {"csv_monitor.job_name", "j", K::kActs, "Engine.*Csv*", [](const Config& c) { return c.csv_monitor.job_name == "j"; }},
+      {"wandb.enabled", true, K::kRefused, "wandb.enabled"},
+      {"wandb.output_path", "w", K::kHarmless, "only read when wandb is enabled, which is refused"},
+      {"wandb.job_name", "j", K::kHarmless, "only read when wandb is enabled, which is refused"},
+      {"wandb.project", "p", K::kHarmless, "only read when wandb is enabled, which is refused"},
+      {"wandb.team", "t", K::kHarmless, "only read when wandb is enabled, which is refused"},
+      {"wandb.group", "g", K::kHarmless, "only read when wandb is enabled, which is refused"},
+      {"comet", nlohmann::json{{"enabled", true}}, K::kRefused, "comet: this DeepSpeed feature is not supported yet"},
+      {"flops_profiler.enabled", true, K::kActs, "FlopsProfiler.*", [](const Config& c) { return c.flops_profiler.enabled; }},
+      {"flops_profiler.profile_step", 3, K::kActs, "FlopsProfiler.*",
+       [](const Config& c) { return c.flops_profiler.profile_step == 3; }},
+      {"flops_profiler.module_depth", 2, K::kActs, "FlopsProfiler.*",
+       [](const Config& c) { return c.flops_profiler.module_depth == 2; }},
+      {"flops_profiler.top_modules", 2, K::kActs, "FlopsProfiler.*",
+       [](const Config& c) { return c.flops_profiler.top_modules == 2; }},
+      {"flops_profiler.detailed", false, K::kActs, "FlopsProfiler.*", [](const Config& c) { return !c.flops_profiler.detailed; }},
+      {"flops_profiler.output_file", "f.txt", K::kActs, "FlopsProfiler.*",
+       [](const Config& c) { return c.flops_profiler.output_file == "f.txt"; }},
+      {"flops_profiler.recompute_fwd_factor", 1.0, K::kActs, "FlopsProfiler.*",
+       [](const Config& c) { return c.flops_profiler.recompute_fwd_factor == 1.0; }},
+      {"comms_logger.enabled", true, K::kActs, "CommsLogger.*", [](const Config& c) { return c.comms_logger.enabled; }},
+      {"comms_logger.verbose", true, K::kActs, "CommsLogger.*", [](const Config& c) { return c.comms_logger.verbose; }},
+      {"comms_logger.prof_all", false, K::kActs, "CommsLogger.*", [](const Config& c) { return !c.comms_logger.prof_all; }},
+      {"comms_logger.debug", true, K::kActs, "CommsLogger.*", [](const Config& c) { return c.comms_logger.debug; }},
+      {"comms_logger.prof_ops", nlohmann::json::array({"all_reduce"}), K::kActs, "CommsLogger.*",
+       [](const Config& c) { return c.comms_logger.prof_ops == std::vector<std::string>{"all_reduce"}; }},
+      {"timers", nlohmann::json{{"throughput", {{"enabled", true}}}}, K::kHarmless,
+       "DeepSpeed's throughput timer; the step log here always reports time and samples/s"},
+      // Activation checkpointing (SPEC §3.8).
+      {"activation_checkpointing.partition_activations", true, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.partition_activations; }},
+      {"activation_checkpointing.cpu_checkpointing", true, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.cpu_checkpointing; }},
+      {"activation_checkpointing.contiguous_memory_optimization", true, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.contiguous_memory_optimization; }},
+      {"activation_checkpointing.number_checkpoints", 4, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.number_checkpoints == 4; }},
+      {"activation_checkpointing.synchronize_checkpoint_boundary", true, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.synchronize_checkpoint_boundary; }},
+      {"activation_checkpointing.profile", true, K::kActs, "ActivationCheckpointing.*",
+       [](const Config& c) { return c.activation_checkpointing.profile; }},
+      // Checkpoints (SPEC §3.9).
+      {"checkpoint.tag_validation", "Fail", K::kActs, "EngineCheckpoint.*",
+       [](const Config& c) { return c.checkpoint.tag_validation == "Fail"; }},
+      {"checkpoint.load_universal", true, K::kHarmless, "every checkpoint here is universal"},
+      {"checkpoint.use_node_local_storage", true, K::kHarmless, "every rank writes its own shard file either way"},
+      {"checkpoint.parallel_write", nlohmann::json{{"pipeline_stage", true}}, K::kHarmless,
+       "pipeline-parallel write ordering; no pipeline here"},
+      {"checkpoint_parallel_write_pipeline", true, K::kHarmless, "pipeline-parallel write ordering; no pipeline here"},
+      // Features of other DeepSpeed engines: refused once switched on.
+      {"sparse_attention", nlohmann::json{{"mode", "fixed"}}, K::kRefused, "sparse_attention"},
+      {"tensor_parallel", nlohmann::json{{"autotp_size", 2}}, K::kRefused, "tensor_parallel.autotp_size"},
+      {"compression_training",
+       nlohmann::json{{"weight_quantization", {{"shared_parameters", {{"enabled", true}}}}}}, K::kRefused,
+       "compression_training: this DeepSpeed feature is not supported yet"},
+      {"elasticity", nlohmann::json{{"enabled", true}}, K::kRefused, "elasticity"},
+      {"data_efficiency", nlohmann::json{{"enabled", true}}, K::kRefused, "data_efficiency"},
+      {"curriculum_learning", nlohmann::json{{"enabled", true}}, K::kRefused, "curriculum_learning"},
+      {"autotuning", nlohmann::json{{"enabled", true}}, K::kRefused, "autotuning"},
+      {"nebula", nlohmann::json{{"enabled", true}}, K::kRefused, "nebula"},
+      {"eigenvalue", nlohmann::json{{"enabled", true}}, K::kRefused, "eigenvalue"},
+      {"progressive_layer_drop", nlohmann::json{{"enabled", true}}, K::kRefused, "progressive_layer_drop"},
+      {"quantize_training", nlohmann::json{{"enabled", true}}, K::kRefused, "quantize_training"},
+      {"hybrid_engine", nlohmann::json{{"enabled", true}}, K::kRefused, "hybrid_engine"},
+      {"compile", nlohmann::json{{"enabled", true}}, K::kRefused, "compile"},
+      {"weight_quantization", nlohmann::json{{"post_init_quant", {{"enabled", true}}}}, K::kRefused,
+       "weight_quantization"},
+      {"torch_autocast", nlohmann::json{{"enabled", true}}, K::kRefused, "torch_autocast"},
+      {"graph_harvesting", true, K::kRefused, "graph_harvesting"},
+      {"disable_allgather", true, K::kRefused, "disable_allgather"},
+      {"pipeline", nlohmann::json{{"stages", 2}}, K::kHarmless, "read only by DeepSpeed's PipelineEngine"},
+      {"zero_allow_untested_optimizer", true, K::kHarmless, "every optimizer here runs under every stage"},
+      {"zero_force_ds_cpu_optimizer", false, K::kHarmless, "offload always steps the flat CPU Adam here"},
+      {"managed_gradient_accumulation", false, K::kRefused, "managed_gradient_accumulation"},
+      {"gradient_allreduce_op", "sum", K::kRefused, "gradient_allreduce_op"},
+      {"datastates_ckpt", nlohmann::json::object(), K::kRefused, "datastates_ckpt"},
+      {"vocabulary_size", 50257, K::kHarmless, "DeepSpeed only warns when it is not a multiple of 8"},
+      {"log_level", "info", K::kHarmless, "logging only"},
+      {"dataloader_drop_last", true, K::kHarmless, "the engine builds no dataloader in C++"},
+      {"seq_parallel_communication_data_type", "fp32", K::kHarmless, "no sequence parallelism here"},
+      {"use_data_before_expert_parallelism", true, K::kHarmless, "no expert parallelism here"},
+  };
+}
+
+std::string label(const Row& row) { return row.path + " = " + row.value.dump(); }
+
+ConfigOptions options_for(const Row& row) {
+  ConfigOptions options;
+  for (const auto& [path, value] : row.context.items()) options.overrides[path] = value;
+  options.overrides[row.path] = row.value;
+  return options;
+}
+
+TEST(KeyTable, EveryRowBehavesAsItSays) {
+  for (const Row& row : table()) {
+    SCOPED_TRACE(label(row));
+    ASSERT_FALSE(row.why.empty());
+    std::vector<std::string> warnings;
+    switch (row.kind) {
+      case Kind::kActs: {
+        ASSERT_TRUE(row.took) << "an acting row needs a check that the value arrived";
+        const Config config = parse(kBase, options_for(row), &warnings);
+        EXPECT_TRUE(row.took(config));
+        // And it is not what the parse gives without the key: the row's value is a real change.
+        ConfigOptions without = options_for(row);
+        without.overrides.erase(row.path);
+        // (Skipped where the key is an alias of another, or the row's context sets it too.)
+        if (row.path != "zero_optimization.stage3_gather_fp16_weights_on_model_save" &&
+            row.path.rfind("zero_optimization.cpu_offload", 0) != 0 && row.path != "scheduler.type" &&
+            !row.context.contains(row.path)) {
+          EXPECT_FALSE(row.took(parse(kBase, without))) << "the value is DeepSpeed's default: pick another";
+        }
+        break;
+      }
+      case Kind::kHarmless:
+        EXPECT_NO_THROW(parse(kBase, options_for(row), &warnings));
+        break;
+      case Kind::kRefused: {
+        const std::string error = error_of(kBase, options_for(row));
+        EXPECT_NE(error.find(row.why), std::string::npos) << error;
+        EXPECT_NE(error.find("not supported yet"), std::string::npos) << error;
+        break;
+      }
+    }
+    EXPECT_TRUE(warnings.empty()) << warnings.front();
+  }
+}
+
+// A key of a section DeepSpeed types (zero_optimization, offload_*, fp16, bf16, aio, …) that the section does not
+// have is an error, as in DeepSpeed, with the closest key; an unknown top-level key stays a warning.
+TEST(KeyTable, UnknownKeysInsideSectionsAreErrors) {
+  const std::string error = error_of({{"train_batch_size", 2},
+                                      {"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_sise", 1000}}}});
+  EXPECT_NE(error.find("unknown config key 'zero_optimization.stage3_prefetch_bucket_sise'"), std::string::npos)
+      << error;
+  EXPECT_NE(error.find("did you mean 'zero_optimization.stage3_prefetch_bucket_size'?"), std::string::npos) << error;
+  for (const char* section : {"fp16", "bf16", "aio", "activation_checkpointing", "flops_profiler", "comms_logger"}) {
+    const std::string e = error_of({{"train_batch_size", 2}, {section, {{"enabeld", true}}}});
+    EXPECT_NE(e.find(std::string("unknown config key '") + section + ".enabeld'"), std::string::npos) << e;
+  }
+  EXPECT_NE(error_of({{"train_batch_size", 2},
+                      {"zero_optimization", {{"stage", 3}, {"offload_param", {{"device", "cpu"}, {"pin_memroy", true}}}}}})
+                .find("did you mean 'zero_optimization.offload_param.pin_memory'?"),
+            std::string::npos);
+  std::vector<std::string> warnings;
+  parse({{"train_batch_size", 2}, {"my_own_key", 1}}, {}, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("unknown config key 'my_own_key' (ignored)"), std::string::npos) << warnings[0];
+}
+
+TEST(KeyTable, ParamDtypeMustNameTheComputeDtype) {
+  const std::string error = error_of({{"train_batch_size", 2}, {"bf16", {{"enabled", true}}},
+                                      {"data_types", {{"param_dtype", "fp16"}}}});
+  EXPECT_NE(error.find("data_types.param_dtype = \"fp16\": expected \"bf16\""), std::string::npos) << error;
+}
+
+// Every key the parser knows is in the table (so a new key gets a row saying what it does), and the table has no
+// key the parser does not know.
+TEST(KeyTable, CoversEveryKeyTheParserKnows) {
+  std::set<std::string> in_table;
+  for (const Row& row : table()) {
+    in_table.insert(row.path);
+    for (const auto& [path, value] : row.context.items()) in_table.insert(path);
+  }
+  // The resolved document of a config with every section written out lists every key the parser reads.
+  nlohmann::json everything = kBase;
+  everything["zero_optimization"] = {{"stage", 3}, {"offload_param", {{"device", "nvme"}, {"nvme_path", "/tmp"}}},
+                                     {"offload_optimizer", {{"device", "nvme"}, {"nvme_path", "/tmp"}}}};
+  everything["scheduler"] = {{"type", "WarmupLR"}};
+  everything["data_types"] = nlohmann::json::object();
+  const Config config = parse(everything);
+  std::vector<std::string> missing;
+  std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& node,
+                                                                            const std::string& prefix) {
+    for (const auto& [key, value] : node.items()) {
+      const std::string path = prefix.empty() ? key : prefix + "." + key;
+      // Sections whose own keys are tested by their parsers' tests (optimizer/scheduler params).
+      if (path.rfind("optimizer.params.", 0) == 0 || path.rfind("scheduler.", 0) == 0 || path == "optimizer.type") {
+        continue;
+      }
+      if (value.is_object() && !value.empty()) {
+        walk(value, path);
+      } else if (!in_table.count(path)) {
+        missing.push_back(path);
+      }
+    }
+  };
+  walk(config.resolved, "");
+  EXPECT_TRUE(missing.empty()) << "keys without a row: " << ::testing::PrintToString(missing);
+}
+
+}  // namespace
+}  // namespace dscpp::testing

@@ -1,6 +1,7 @@
 // Flat Adam / AdamW on one fp32 partition: torch.optim.AdamW / DeepSpeed FusedAdam arithmetic with in-place
 // torch ops, so it runs on any device; with OptimizerKernels::kCpuSimd (offload) host slices go through the fused
-// SIMD CPU Adam instead, which also writes the 16-bit copy in the same pass.
+// SIMD CPU Adam instead, which also writes the 16-bit copy in the same pass. AMSGrad (torch.optim's rule: the
+// denominator uses the running maximum of the second moment) keeps a third state tensor and takes the torch path.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -22,17 +23,20 @@ class FlatAdam final : public FlatOptimizer {
         weight_decay_(options.weight_decay),
         decoupled_(decoupled),
         bias_correction_(options.bias_correction),
+        amsgrad_(options.amsgrad),
         kernels_(kernels),
         name_(std::move(name)),
         numel_(numel),
         exp_avg_(torch::zeros({numel}, state_options)),
-        exp_avg_sq_(torch::zeros({numel}, state_options)) {}
+        exp_avg_sq_(torch::zeros({numel}, state_options)) {
+    if (amsgrad_) max_exp_avg_sq_ = torch::zeros({numel}, state_options);
+  }
 
   void begin_step() override { ++steps_; }
 
   void update(const OptimizerSlice& slice, double lr) override {
-    check_slice(slice, 2, name_);
-    if (kernels_ == OptimizerKernels::kCpuSimd && on_host(slice)) return update_simd(slice, lr);
+    check_slice(slice, amsgrad_ ? 3 : 2, name_);
+    if (kernels_ == OptimizerKernels::kCpuSimd && !amsgrad_ && on_host(slice)) return update_simd(slice, lr);
     const double bias_correction1 = bias_correction_ ? 1.0 - std::pow(beta1_, static_cast<double>(steps_)) : 1.0;
     const double bias_correction2 = bias_correction_ ? 1.0 - std::pow(beta2_, static_cast<double>(steps_)) : 1.0;
     const double step_size = lr / bias_correction1;
@@ -52,6 +56,11 @@ class FlatAdam final : public FlatOptimizer {
       }
       m.mul_(beta1_).add_(g, 1.0 - beta1_);
       v.mul_(beta2_).addcmul_(g, g, 1.0 - beta2_);
+      if (amsgrad_) {
+        torch::Tensor v_max = slice.state[2].narrow(0, offset, length);
+        torch::maximum_out(v_max, v_max, v);
+        v = v_max;
+      }
       // denom = sqrt(v) / sqrt(bc2) + eps; reuses the scratch (the L2 gradient is no longer needed).
       torch::sqrt_out(scratch, v);
       scratch.div_(sqrt_bias_correction2).add_(eps_);
@@ -69,6 +78,7 @@ class FlatAdam final : public FlatOptimizer {
   int64_t numel() const override { return numel_; }
 
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
+    if (amsgrad_) return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}, {"max_exp_avg_sq", max_exp_avg_sq_}};
     return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
   }
 
@@ -107,12 +117,14 @@ class FlatAdam final : public FlatOptimizer {
   double weight_decay_;
   bool decoupled_;          // AdamW: p *= 1 - lr*wd; else L2: g + wd*p
   bool bias_correction_;
+  bool amsgrad_;
   OptimizerKernels kernels_;
   std::string name_;
   int64_t numel_;
   int64_t steps_ = 0;
   torch::Tensor exp_avg_;     // (numel) first moment
   torch::Tensor exp_avg_sq_;  // (numel) second moment
+  torch::Tensor max_exp_avg_sq_;  // (numel) amsgrad: the running maximum of exp_avg_sq; undefined otherwise
   Scratch scratch_;           // one chunk: the L2 gradient, then the denominator
 };
 
@@ -126,9 +138,6 @@ std::unique_ptr<FlatOptimizer> make_flat_adam(const AdamOptions& o, bool decoupl
   require(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "betas[1]", "must be in [0, 1)", o.betas[1]);
   require(o.eps >= 0.0, "eps", "must be >= 0", o.eps);
   require(o.weight_decay >= 0.0, "weight_decay", "must be >= 0", o.weight_decay);
-  if (o.amsgrad) {
-    throw std::invalid_argument("optimizer.params.amsgrad true is not supported yet (set it to false or remove it)");
-  }
   return std::make_unique<FlatAdam>(o, decoupled, name, numel, state_options, kernels);
 }
 

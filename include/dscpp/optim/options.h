@@ -19,7 +19,7 @@ struct AdamOptions {
   bool adam_w_mode = true;       // decoupled weight decay (AdamW); false: L2 added to the gradient
   bool bias_correction = true;
   bool torch_adam = false;       // accepted for compatibility; our flat Adam is used either way
-  bool amsgrad = false;          // accepted; true is "not supported yet"
+  bool amsgrad = false;          // torch.optim.Adam(W)'s AMSGrad: the denominator uses max over steps of v
 };
 
 // torch.optim.SGD semantics.

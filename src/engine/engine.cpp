@@ -165,6 +165,8 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   context.comm = comm_;
   if (config_.communication_data_type) context.comm_dtype = to_scalar_type(*config_.communication_data_type);
   context.overlap_comm = config_.zero.overlap_comm;
+  context.reduce_scatter = config_.zero.reduce_scatter;
+  context.allgather_bucket_numel = config_.zero.allgather_bucket_size;
   const bool offload_optimizer = config_.zero.offload_optimizer.device != OffloadDevice::kNone;
   context.offload_optimizer = offload_optimizer;
   context.pin_memory = config_.zero.offload_optimizer.pin_memory;

@@ -5,6 +5,7 @@
 #include "dscpp/offload/host_memory.h"
 #include "dscpp/zero/in_flight.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -30,13 +31,21 @@ ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layo
 
 Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) {
   const auto& g = layout_.groups()[group];
-  // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe.
+  // The input is a scratch view (the stage's gradient buffer or bucket), so dividing it in place is safe, and so is
+  // reduce_scatter false's all-reduce, which leaves the whole bucket's sum in it.
   // The reduction runs in the communication dtype on the gradients' device, whatever dtype and place the shard has.
   const auto wire_dtype = ctx_.comm_dtype.value_or(group_grads.scalar_type());
   auto input = group_grads.scalar_type() == wire_dtype ? group_grads : group_grads.to(wire_dtype);
   if (ctx_.grad_pre_divide != 1.0) input.div_(ctx_.grad_pre_divide);
-  auto shard = torch::empty({g.shard_numel}, input.options());
-  Handle pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
+  torch::Tensor shard;
+  Handle pending;
+  if (ctx_.reduce_scatter) {
+    shard = torch::empty({g.shard_numel}, input.options());
+    pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
+  } else {
+    pending = ctx_.comm->all_reduce(input, ReduceOp::kSum);
+    shard = input.narrow(0, static_cast<int64_t>(ctx_.comm->rank()) * g.shard_numel, g.shard_numel);
+  }
   const double post = ctx_.grad_post_scale;
   auto target = grad_shard_.narrow(0, g.partition_offset, g.shard_numel);
   return Handle([pending, shard, input, target, post]() mutable {
@@ -60,12 +69,38 @@ int64_t ShardedMaster::master_grad_bytes() const {
   return master_grads_.defined() && !master_grads_.is_same(grad_shard_) ? master_grads_.nbytes() : 0;
 }
 
+void ShardedMaster::gather_group(InFlight& in_flight, const torch::Tensor& input, torch::Tensor output) {
+  const int64_t world = ctx_.comm->world_size();
+  const int64_t shard = input.numel();
+  // As DeepSpeed's bucketed all-gather, pieces of each shard, here sized so that no collective gathers more than
+  // allgather_bucket_size elements.
+  if (shard * world <= ctx_.allgather_bucket_numel) {
+    in_flight.push(ctx_.comm->all_gather(output, input), {input});
+    return;
+  }
+  // A piece of every rank's shard gathers into a (world, piece) scratch, then into its columns of the output's
+  // (world, shard) rank-major layout.
+  const auto rows = output.view({world, shard});
+  const int64_t piece = std::max<int64_t>(1, ctx_.allgather_bucket_numel / world);
+  for (int64_t begin = 0; begin < shard; begin += piece) {
+    const int64_t length = std::min(piece, shard - begin);
+    auto part = input.narrow(0, begin, length);
+    auto gathered = torch::empty({world * length}, output.options());
+    Handle pending = ctx_.comm->all_gather(gathered, part);
+    auto columns = rows.narrow(1, begin, length);
+    in_flight.push(Handle([pending, gathered, columns, world, length]() mutable {
+                     pending.wait();
+                     columns.copy_(gathered.view({world, length}));
+                   }),
+                   {part});
+  }
+}
+
 void ShardedMaster::publish(FlatParams& flat) {
   InFlight in_flight(kMaxCollectivesInFlight);
   for (const auto& g : layout_.groups()) {
     auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat.dtype());
-    auto output = flat.params().narrow(0, g.offset, g.numel);
-    in_flight.push(ctx_.comm->all_gather(output, input), {input});
+    gather_group(in_flight, input, flat.params().narrow(0, g.offset, g.numel));
   }
   in_flight.drain();
 }
@@ -83,8 +118,7 @@ void ShardedMaster::publish_range(FlatParams& flat, int64_t begin, const torch::
     const auto& g = groups[next_publish_group_];
     if (g.partition_offset + g.shard_numel > done) break;
     auto input = publish_buffer_.narrow(0, g.partition_offset, g.shard_numel);
-    auto output = flat.params().narrow(0, g.offset, g.numel);
-    publishing_->push(ctx_.comm->all_gather(output, input));
+    gather_group(*publishing_, input, flat.params().narrow(0, g.offset, g.numel));
     ++next_publish_group_;
   }
 }

@@ -34,6 +34,9 @@ struct ZeroRun {
   std::string offload = "";     // zero_optimization.offload_optimizer.device ("" = none)
   int64_t sub_group_size = 0;   // zero_optimization.sub_group_size (0 = DeepSpeed's default)
   std::string offload_param = "";  // zero_optimization.offload_param.device ("" = none; stage 3)
+  nlohmann::json zero_extra = nlohmann::json::object();  // more zero_optimization keys, named by `tag`
+  std::string tag = "";
+  bool comms_logger = false;    // rank 0 prints the comms summary when the engine ends
   std::string name() const {
     std::string n = "stage" + std::to_string(stage) + "_world" + std::to_string(world) + "_gas" +
                     std::to_string(grad_accum) + (bf16 ? "_bf16" : "_fp32");
@@ -42,7 +45,7 @@ struct ZeroRun {
     }
     if (!offload.empty()) n += "_offload_" + offload + "_sub" + std::to_string(sub_group_size);
     if (!offload_param.empty()) n += "_params_" + offload_param;
-    return n;
+    return n + tag;
   }
 };
 
@@ -65,11 +68,12 @@ nlohmann::json zero_section(const ZeroRun& run, const std::filesystem::path& dir
   if (!run.offload_param.empty()) {
     zero["offload_param"] = {{"device", run.offload_param}, {"pin_memory", true}, {"nvme_path", dir.string()}};
   }
+  zero.update(run.zero_extra);
   return zero;
 }
 
 std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
-  const nlohmann::json config = {
+  nlohmann::json config = {
       {"train_batch_size", run.global_batch},
       {"gradient_accumulation_steps", run.grad_accum},
       {"steps_per_print", 1000},
@@ -77,10 +81,13 @@ std::string write_config(const std::filesystem::path& dir, const ZeroRun& run) {
       {"bf16", {{"enabled", run.bf16}}},
       {"zero_optimization", zero_section(run, dir)},
       {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 3e-4}, {"weight_decay", 0.1}}}}}};
+  if (run.comms_logger) config["comms_logger"] = {{"enabled", true}};
   const auto path = dir / (run.name() + ".json");
   std::ofstream(path) << config.dump();
   return path.string();
 }
+
+std::string last_rank0_log;  // rank 0's stderr of the latest train()
 
 // Per-step metrics of rank 0.
 std::vector<nlohmann::json> train(const ZeroRun& run) {
@@ -94,6 +101,7 @@ std::vector<nlohmann::json> train(const ZeroRun& run) {
   for (int r = 0; r < run.world; ++r) {
     EXPECT_EQ(ranks[r].code, 0) << run.name() << " rank " << r << ":\n" << ranks[r].err;
   }
+  last_rank0_log = ranks[0].err;
   if (!run.offload.empty()) {
     EXPECT_NE(ranks[0].err.find("offload_optimizer " + run.offload + ":"), std::string::npos)
         << run.name() << ": the engine did not report the offloaded optimizer:\n" << ranks[0].err;
@@ -219,6 +227,51 @@ std::vector<ZeroRun> offload_runs() {
 
 INSTANTIATE_TEST_SUITE_P(Offload, ZeroEquivalence, ::testing::ValuesIn(offload_runs()),
                          [](const auto& info) { return info.param.name(); });
+
+// The comms summary's rows of rank 0's log: (op, message bytes).
+std::vector<std::pair<std::string, double>> comms_rows(const std::string& log) {
+  std::vector<std::pair<std::string, double>> rows;
+  std::istringstream in(log.substr(std::min(log.size(), log.find("[comms] summary"))));
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string op, unit;
+    double size = 0;
+    if (!(fields >> op >> size >> unit)) continue;
+    const std::vector<std::string> units = {"B", "KB", "MB", "GB"};
+    const auto at = std::find(units.begin(), units.end(), unit);
+    if (at == units.end()) continue;
+    rows.emplace_back(op, size * std::pow(1024.0, static_cast<double>(at - units.begin())));
+  }
+  return rows;
+}
+
+// DeepSpeed's reduce_scatter false all-reduces each gradient bucket whole, and allgather_bucket_size splits the
+// stage 1-2 all-gathers of the updated parameters: still stage 0's trajectory, and the comms summary shows both —
+// no reduce-scatter at all, and no all-gather larger than the bucket (the groups are 30,011 elements, 117 KB).
+TEST(ZeroKnobs, ReduceScatterOffAndSmallAllGathers) {
+  for (int stage : {1, 2}) {
+    ZeroRun run{stage, 2, 2, false};
+    run.zero_extra = {{"reduce_scatter", false}, {"allgather_bucket_size", 5000}};
+    run.tag = "_allreduce_ag5000";
+    run.comms_logger = true;
+    const auto& expected = reference(run);
+    const auto actual = train(run);
+    ASSERT_EQ(actual.size(), expected.size()) << run.name();
+    for (size_t i = 0; i < expected.size(); ++i) {
+      const double want = expected[i]["loss"].get<double>(), got = actual[i]["loss"].get<double>();
+      EXPECT_LE(std::abs(got - want) / std::abs(want), 1e-5) << run.name() << " step " << i + 1;
+    }
+    const auto rows = comms_rows(last_rank0_log);
+    int gathers = 0;
+    for (const auto& [op, bytes] : rows) {
+      EXPECT_NE(op, "reduce_scatter") << last_rank0_log;
+      if (op != "all_gather") continue;
+      ++gathers;
+      EXPECT_LE(bytes, 5000 * 4) << last_rank0_log;
+    }
+    EXPECT_GT(gathers, 0) << last_rank0_log;
+  }
+}
 
 // Two "nodes" on loopback, each running its own launcher (`--no_ssh --node_rank K`), one process each: the same
 // trajectory as one process, which proves the launcher's env (ranks, master, world) is right end to end.

@@ -54,6 +54,10 @@ class ShardedMaster {
   int64_t master_grad_bytes() const;
 
  private:
+  // All-gathers one group's shards (`input`: this rank's) into `output` (the group's g.numel elements), in pieces
+  // of at most allgather_bucket_size elements gathered.
+  void gather_group(InFlight& in_flight, const torch::Tensor& input, torch::Tensor output);
+
   StageContext ctx_;
   const FlatLayout& layout_;
   torch::Tensor master_;        // (partition_numel) fp32: rank r's shard of every group, in group order

@@ -110,6 +110,12 @@ struct StageContext {
   FlatParams* flat = nullptr;                   // stages 0-2: owned by the engine; outlives the stage
   std::optional<torch::ScalarType> comm_dtype;  // "communication_data_type"; nullopt = the compute dtype
   bool overlap_comm = false;                    // stage 2: reduce buckets while backward runs
+  // "reduce_scatter" (stages 1-3): false all-reduces each gradient bucket whole and keeps this rank's part, as
+  // DeepSpeed does; same sums, the whole bucket on every rank.
+  bool reduce_scatter = true;
+  // "allgather_bucket_size" (stages 1-2): a group's all-gather of the updated parameters is split so that each
+  // collective gathers at most this many elements, as DeepSpeed's bucketed all-gather does.
+  int64_t allgather_bucket_numel = 500'000'000;
   // Gradients are divided by grad_pre_divide before the sum over ranks and the sum multiplied by grad_post_scale,
   // which together average them (see make_stage_context for DeepSpeed's prescale / predivide rules).
   double grad_pre_divide = 1.0;

@@ -5,6 +5,7 @@
 #include <liburing.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <system_error>
@@ -148,13 +149,18 @@ bool aligned(uint64_t value) { return value % kIoAlignment == 0; }
 }  // namespace
 
 AsyncIo::AsyncIo(const AioConfig& config, IoBackend backend) : config_(config) {
-  if (config_.block_size <= 0 || !aligned(static_cast<uint64_t>(config_.block_size)) || config_.queue_depth < 1) {
+  if (config_.block_size <= 0 || !aligned(static_cast<uint64_t>(config_.block_size)) || config_.queue_depth < 1 ||
+      config_.intra_op_parallelism < 1) {
     throw std::invalid_argument("aio.block_size must be a positive multiple of " + std::to_string(kIoAlignment) +
-                                " and aio.queue_depth >= 1, got " + std::to_string(config_.block_size) + " and " +
-                                std::to_string(config_.queue_depth));
+                                ", aio.queue_depth and aio.intra_op_parallelism >= 1, got " +
+                                std::to_string(config_.block_size) + ", " + std::to_string(config_.queue_depth) +
+                                " and " + std::to_string(config_.intra_op_parallelism));
   }
-  kernel_ = make_kernel(backend, static_cast<unsigned>(config_.queue_depth));
-  thread_ = std::thread([this] { run(); });
+  for (int i = 0; i < config_.intra_op_parallelism; ++i) {
+    kernels_.push_back(make_kernel(backend, static_cast<unsigned>(config_.queue_depth)));
+  }
+  stats_.threads = config_.intra_op_parallelism;
+  for (size_t i = 0; i < kernels_.size(); ++i) threads_.emplace_back([this, i] { run(*kernels_[i]); });
 }
 
 AsyncIo::~AsyncIo() {
@@ -169,10 +175,15 @@ AsyncIo::~AsyncIo() {
     stopping_ = true;
   }
   changed_.notify_all();
-  thread_.join();
+  for (auto& thread : threads_) thread.join();
 }
 
-std::string AsyncIo::backend() const { return kernel_->name(); }
+std::string AsyncIo::backend() const { return kernels_.front()->name(); }
+
+AsyncIo::Stats AsyncIo::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
 
 AsyncIo::Ticket AsyncIo::read(int fd, void* buffer, size_t bytes, off_t offset, const std::string& what) {
   return enqueue({false, fd, static_cast<char*>(buffer), bytes, offset, what});
@@ -211,8 +222,12 @@ void AsyncIo::wait(Ticket ticket) {
   }
 }
 
-// The I/O thread: hands blocks of pending transfers to the kernel up to the queue depth, and retires completions.
-void AsyncIo::run() {
+// One I/O thread (of aio.intra_op_parallelism): hands blocks of pending transfers to its kernel queue up to the
+// queue depth, and retires completions. The threads share the pending transfers, so one large transfer is split
+// over all of them. aio.single_submit hands each block to the kernel on its own (one submission call per block);
+// aio.overlap_events false submits a batch and waits for all of it before the next, as DeepSpeed's
+// non-overlapped mode does.
+void AsyncIo::run(Kernel& kernel) {
   const size_t depth = static_cast<size_t>(config_.queue_depth);
   const size_t block = static_cast<size_t>(config_.block_size);
   size_t in_kernel = 0;
@@ -222,22 +237,32 @@ void AsyncIo::run() {
       std::unique_lock<std::mutex> lock(mutex_);
       changed_.wait(lock, [&] { return stopping_ || !pending_.empty() || in_kernel > 0; });
       if (stopping_ && pending_.empty() && in_kernel == 0) return;
+      const bool may_queue = config_.overlap_events || in_kernel == 0;
       size_t queued = 0;
-      while (in_kernel + queued < depth && !pending_.empty()) {
+      while (may_queue && in_kernel + queued < depth && !pending_.empty()) {
         Transfer& t = transfers_.at(pending_.front());
         const size_t bytes = std::min(block, t.bytes - t.next);
-        kernel_->queue(t.write, t.fd, t.buffer + t.next, bytes, t.offset + static_cast<off_t>(t.next),
-                       pending_.front());
+        kernel.queue(t.write, t.fd, t.buffer + t.next, bytes, t.offset + static_cast<off_t>(t.next), pending_.front());
         t.next += bytes;
         ++t.outstanding;
         ++queued;
+        ++stats_.blocks;
         if (t.next == t.bytes) pending_.pop_front();
+        if (config_.single_submit) {
+          kernel.flush();
+          ++stats_.submissions;
+        }
       }
-      if (queued > 0) kernel_->flush();
+      if (queued > 0 && !config_.single_submit) {
+        kernel.flush();
+        ++stats_.submissions;
+      }
       in_kernel += queued;
+      stats_.max_in_kernel = std::max<int64_t>(stats_.max_in_kernel, static_cast<int64_t>(in_kernel));
+      if (in_kernel == 0) continue;
     }
     done.clear();
-    kernel_->reap(done);  // outside the lock: callers queue and wait meanwhile
+    kernel.reap(done);  // outside the lock: callers queue and wait meanwhile
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& d : done) {
       --in_kernel;

@@ -70,6 +70,51 @@ TEST_P(AsyncIoBackends, WritesAndReadsBackExactlyInBlocks) {
   ::close(fd);
 }
 
+// DeepSpeed's aio knobs act: single_submit hands each block over on its own, overlap_events false submits a batch
+// and waits for all of it before the next, intra_op_parallelism runs that many I/O threads over the same transfers.
+TEST_P(AsyncIoBackends, AioKnobsShapeTheSubmissions) {
+  const auto dir = temp_dir("async_io_knobs");
+  const auto path = (dir / "file").string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_DIRECT, 0600);
+  ASSERT_GE(fd, 0);
+  constexpr size_t kBlock = 64 * 1024;
+  constexpr size_t kBlocks = 8;
+  AlignedBuffer out(kBlock * kBlocks), in(kBlock * kBlocks);
+  auto pattern = torch::from_blob(out.data, {static_cast<int64_t>(kBlock * kBlocks / 4)}, torch::kInt32);
+  pattern.copy_(torch::arange(pattern.numel(), torch::kInt32) * 3 - 5);
+  auto round_trip = [&](const AioConfig& aio) {
+    AsyncIo io(aio, GetParam());
+    io.wait(io.write(fd, out.data, kBlock * kBlocks, 0, path));
+    std::memset(in.data, 0, kBlock * kBlocks);
+    io.wait(io.read(fd, in.data, kBlock * kBlocks, 0, path));
+    EXPECT_EQ(std::memcmp(in.data, out.data, kBlock * kBlocks), 0);
+    return io.stats();
+  };
+  AioConfig aio;
+  aio.block_size = kBlock;
+  aio.queue_depth = static_cast<int>(kBlocks);
+  // Default: each transfer's blocks all fit the queue, so each goes to the kernel in one submission.
+  auto batched = round_trip(aio);
+  EXPECT_EQ(batched.blocks, 2 * static_cast<int64_t>(kBlocks));
+  EXPECT_EQ(batched.submissions, 2);
+  EXPECT_EQ(batched.threads, 1);
+  aio.single_submit = true;
+  auto single = round_trip(aio);
+  EXPECT_EQ(single.submissions, single.blocks);
+  aio.single_submit = false;
+  aio.queue_depth = 3;
+  aio.overlap_events = false;
+  auto stepped = round_trip(aio);
+  EXPECT_EQ(stepped.submissions, 2 * 3);  // ceil(8 / 3) batches per transfer, each waited for whole
+  EXPECT_LE(stepped.max_in_kernel, 3);
+  aio.overlap_events = true;
+  aio.intra_op_parallelism = 3;
+  auto parallel = round_trip(aio);
+  EXPECT_EQ(parallel.threads, 3);
+  EXPECT_EQ(parallel.blocks, 2 * static_cast<int64_t>(kBlocks));
+  ::close(fd);
+}
+
 INSTANTIATE_TEST_SUITE_P(Kernel, AsyncIoBackends, ::testing::Values(IoBackend::kIoUring, IoBackend::kLibaio),
                          [](const auto& info) { return info.param == IoBackend::kIoUring ? "io_uring" : "libaio"; });
 

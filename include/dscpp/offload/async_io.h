@@ -1,7 +1,8 @@
 // AsyncIo: whole-buffer reads and writes of O_DIRECT files that run in the background while the caller computes
-// (ZeRO-Infinity's swapping, SPEC §3.7). One I/O thread per AsyncIo splits each transfer into blocks of
-// aio.block_size bytes and keeps aio.queue_depth of them in flight in the kernel, through io_uring (liburing) or,
-// where the kernel or a sandbox refuses io_uring, Linux AIO (libaio).
+// (ZeRO-Infinity's swapping, SPEC §3.7). aio.intra_op_parallelism I/O threads split each transfer into blocks of
+// aio.block_size bytes and keep aio.queue_depth of them each in flight in the kernel, through io_uring (liburing)
+// or, where the kernel or a sandbox refuses io_uring, Linux AIO (libaio); aio.single_submit and aio.overlap_events
+// choose how blocks are handed over (see run()).
 #pragma once
 
 #include <sys/types.h>
@@ -15,6 +16,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dscpp/config/config.h"
 
@@ -35,6 +37,15 @@ class AsyncIo {
   AsyncIo& operator=(const AsyncIo&) = delete;
 
   std::string backend() const;  // "io_uring" or "libaio"
+
+  // What the I/O threads did so far: how the aio knobs took effect.
+  struct Stats {
+    int threads = 0;            // aio.intra_op_parallelism
+    int64_t blocks = 0;         // blocks handed to the kernel
+    int64_t submissions = 0;    // submission calls (io_uring_submit / io_submit)
+    int64_t max_in_kernel = 0;  // most blocks one thread had in the kernel at once
+  };
+  Stats stats() const;
 
   using Ticket = uint64_t;
   // Queues a transfer of `bytes` between `buffer` and `fd` at `offset`, all multiples of kIoAlignment (the buffer
@@ -62,17 +73,18 @@ class AsyncIo {
     bool done = false;
   };
   Ticket enqueue(Transfer transfer);
-  void run();
+  void run(Kernel& kernel);
 
   AioConfig config_;
-  std::unique_ptr<Kernel> kernel_;
-  std::mutex mutex_;
+  std::vector<std::unique_ptr<Kernel>> kernels_;  // one per I/O thread
+  mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::map<Ticket, Transfer> transfers_;  // queued, running and finished-but-not-waited
   std::deque<Ticket> pending_;            // with blocks still to hand to the kernel, oldest first
   Ticket next_ticket_ = 1;
   bool stopping_ = false;
-  std::thread thread_;
+  Stats stats_;
+  std::vector<std::thread> threads_;
 };
 
 }  // namespace dscpp

@@ -4,6 +4,8 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -121,7 +123,7 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_flag("--fp16", a.fp16, "fills fp16.enabled");
 }
 
-dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
+dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, const torch::Device& device, int rank) {
   dscpp::AutoValues::HfArgs hf;
   hf.lr = a.lr;
   hf.weight_decay = a.weight_decay;
@@ -137,8 +139,81 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
   dscpp::ConfigOptions options;
   options.world_size = world_size;
   options.auto_values = dscpp::AutoValues::from_hf_args(hf);
-  return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
-                                    : dscpp::Config::from_file(a.deepspeed_config, options);
+  auto parse = [&] {
+    return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
+                                      : dscpp::Config::from_file(a.deepspeed_config, options);
+  };
+  dscpp::Config config = parse();
+  // Configs written for GPUs say fp16; a CPU LibTorch without fp16 matmuls trains them in bf16 (the same 16-bit
+  // memory, no loss scaling needed) and says so once. Asking for fp16 with the flag stays an error.
+  if (config.fp16.enabled && device.is_cpu() && !dscpp::compat::kCpuHalfMatmul) {
+    if (a.fp16) {
+      throw std::invalid_argument("--fp16: this LibTorch (" + dscpp::compat::torch_version() +
+                                  ", CPU) has no fp16 matmul; use --bf16 on CPU");
+    }
+    if (rank == 0) {
+      std::cerr << "[gpt-train] fp16.enabled: this LibTorch (" << dscpp::compat::torch_version()
+                << ", CPU) has no fp16 matmul, so this run trains in bf16 (fp16.enabled false, bf16.enabled true)"
+                << std::endl;
+    }
+    options.overrides["fp16.enabled"] = false;
+    options.overrides["bf16.enabled"] = true;
+    config = parse();
+  }
+  return config;
+}
+
+// A config without an "optimizer" section (an HF Trainer user's) gets the AdamW the HF Trainer would build from its
+// flags and pass to deepspeed.initialize: --lr, --weight_decay, HF's betas (0.9, 0.999) and eps 1e-8.
+dscpp::OptimizerConfig hf_trainer_adamw(const Args& a) {
+  dscpp::AdamOptions o;
+  o.lr = a.lr;
+  o.weight_decay = a.weight_decay;
+  o.betas = {0.9, 0.999};
+  o.eps = 1e-8;
+  return {"AdamW", o};
+}
+
+// --init_from's config.json (HF's GPT2Config, beside the weights) when there is one: the checkpoint's shape wins
+// over the preset — its vocabulary (padded, e.g. 50304, or not) and its n_positions — and a shape flag that
+// contradicts it is an error. The data's vocabulary may be smaller than the table: the loss then covers only it.
+void apply_hf_config(const Args& a, int64_t data_vocab, gpt::GptConfig& c) {
+  namespace fs = std::filesystem;
+  const fs::path from(a.init_from);
+  const fs::path file = (fs::is_directory(from) ? from : from.parent_path()) / "config.json";
+  if (!fs::exists(file)) return;
+  std::ifstream in(file);
+  nlohmann::json hf = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  auto read = [&](std::initializer_list<const char*> keys, const char* flag, std::optional<int64_t> given,
+                  int64_t& field) {
+    for (const char* key : keys) {
+      if (!hf.is_object() || !hf.contains(key)) continue;
+      if (!hf[key].is_number_integer() || hf[key].get<int64_t>() < 1) {
+        throw std::invalid_argument("--init_from: " + file.string() + ": " + key + " must be a positive integer");
+      }
+      const int64_t value = hf[key].get<int64_t>();
+      if (given && *given != value) {
+        throw std::invalid_argument(std::string(flag) + " " + std::to_string(*given) + " contradicts " +
+                                    file.string() + " (" + key + " " + std::to_string(value) + ")");
+      }
+      field = value;
+      return;
+    }
+  };
+  if (!hf.is_object()) throw std::invalid_argument("--init_from: " + file.string() + " is not a JSON object");
+  read({"n_layer"}, "--n_layer", a.n_layer, c.n_layer);
+  read({"n_embd"}, "--n_embd", a.n_embd, c.n_embd);
+  read({"n_head"}, "--n_head", a.n_head, c.n_head);
+  read({"n_positions", "n_ctx"}, "--seq_len", std::nullopt, c.block_size);
+  read({"vocab_size"}, "vocab_size", std::nullopt, c.vocab_size);
+  if (hf.contains("layer_norm_epsilon") && hf["layer_norm_epsilon"].is_number()) {
+    c.layer_norm_eps = hf["layer_norm_epsilon"].get<double>();
+  }
+  if (data_vocab > c.vocab_size) {
+    throw std::invalid_argument("--init_from: " + file.string() + " has a " + std::to_string(c.vocab_size) +
+                                "-token vocabulary, but --data uses " + std::to_string(data_vocab) + " tokens");
+  }
+  if (data_vocab < c.vocab_size) c.data_vocab_size = data_vocab;
 }
 
 gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
@@ -146,6 +221,7 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
   if (a.n_layer) c.n_layer = *a.n_layer;
   if (a.n_embd) c.n_embd = *a.n_embd;
   if (a.n_head) c.n_head = *a.n_head;
+  if (!a.init_from.empty()) apply_hf_config(a, vocab_size, c);
   c.dropout = a.dropout;
   c.validate();
   return c;
@@ -191,15 +267,19 @@ int run(const Args& a) {
     throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
                                 std::to_string(model_cfg.block_size) + "]");
   }
-  const auto config = load_config(a, world, model_cfg.n_embd);
-  if (config.fp16.enabled && device.is_cpu() && !dscpp::compat::kCpuHalfMatmul) {
-    throw std::invalid_argument("fp16.enabled: this LibTorch (" + dscpp::compat::torch_version() +
-                                ", CPU) has no fp16 matmul; use bf16 (--bf16) on CPU");
-  }
+  const auto config = load_config(a, world, model_cfg.n_embd, device, rank);
 
   // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
   // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
   dscpp::InitOptions init;
+  if (!config.optimizer) {
+    init.client_optimizer = hf_trainer_adamw(a);
+    if (rank == 0) {
+      std::cerr << "[gpt-train] the config has no \"optimizer\" section: training with AdamW(lr " << a.lr
+                << ", weight_decay " << a.weight_decay << ", betas (0.9, 0.999), eps 1e-8) from --lr and "
+                << "--weight_decay, as the HF Trainer builds it" << std::endl;
+    }
+  }
   gpt::GptImpl::BlockBuilt block_built;
   if (config.zero.stage == 3 && a.zero_init) {
     init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, nullptr, device);  // shards on `device`

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -363,6 +364,37 @@ TEST(Consolidate, WritesTheGatheredWeightsExactly) {
   ASSERT_EQ(back.code, 0) << back.err;
   const auto reloaded = read_safetensors((dir / "back.st").string());
   for (const auto& [name, value] : want) EXPECT_TRUE(torch::equal(reloaded.at(name), value)) << name;
+}
+
+TEST(Consolidate, InitFromTakesTheShapeFromConfigJson) {
+  const auto dir = temp_dir("init_from_config");
+  // A 2-layer model (the tiny preset has more) on bytes: its config.json says n_layer 2 and 256 tokens.
+  const auto trained = run_command(gpt_train_command() + " --no_progress --model tiny --n_layer 2 --seq_len 32 "
+                                   "--steps 2" + flag("save_dir", dir / "ckpt") + flag("save_16bit", dir / "w.st"));
+  ASSERT_EQ(trained.code, 0) << trained.err;
+  ASSERT_EQ(dscpp("consolidate " + (dir / "ckpt").string() + " " + (dir / "hf").string() + " --format hf-gpt2").code,
+            0);
+  // Raw uint16 tokens below 100: a 128-token vocabulary in the checkpoint's 256-row table.
+  {
+    std::ofstream tokens(dir / "tokens.bin", std::ios::binary);
+    for (uint16_t i = 0; i < 4096; ++i) {
+      const uint16_t token = static_cast<uint16_t>((i * 37) % 100);
+      tokens.write(reinterpret_cast<const char*>(&token), sizeof(token));
+    }
+  }
+  const std::string from = " --no_progress --model tiny --seq_len 32 --steps 1 --lr 0 --weight_decay 0 --init_from " +
+                           (dir / "hf").string() + flag("data", dir / "tokens.bin");
+  const auto back = run_command(gpt_train_command() + from + flag("save_16bit", dir / "back.st"));
+  ASSERT_EQ(back.code, 0) << back.err;
+  EXPECT_NE(back.err.find("2 layers"), std::string::npos) << back.err;
+  const auto want = read_safetensors((dir / "w.st").string());
+  const auto reloaded = read_safetensors((dir / "back.st").string());
+  ASSERT_EQ(reloaded.size(), want.size());
+  for (const auto& [name, value] : want) EXPECT_TRUE(torch::equal(reloaded.at(name), value)) << name;
+  // A shape flag that contradicts config.json is an error naming both.
+  const auto contradicting = run_command(gpt_train_command() + from + " --n_layer 3");
+  EXPECT_NE(contradicting.code, 0);
+  EXPECT_NE(contradicting.err.find("--n_layer 3 contradicts"), std::string::npos) << contradicting.err;
 }
 
 TEST(Consolidate, PeakMemoryStaysNearTheLargestTensorNotTheModel) {

@@ -121,6 +121,27 @@ TEST(GptModel, LossIsMeanCrossEntropyOfForward) {
   EXPECT_NEAR(model->loss(idx, targets).item<double>(), -picked.mean().item<double>(), 1e-5);
 }
 
+TEST(GptModel, PaddedVocabularyGetsNoProbability) {
+  // llm.c's padded table: 61 rows, the data's 50 tokens; the softmax covers the 50 only.
+  torch::manual_seed(3);
+  auto c = micro_config();
+  c.data_vocab_size = 50;
+  Gpt model(c);
+  const auto idx = torch::randint(50, {3, 10}, torch::kLong);
+  const auto targets = torch::randint(50, {3, 10}, torch::kLong);
+  const auto logits = model->forward(idx);
+  EXPECT_EQ(logits.size(-1), 61);
+  const auto logp = torch::log_softmax(logits.narrow(-1, 0, 50), -1);
+  const auto picked = logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  const double loss = model->loss(idx, targets).item<double>();
+  EXPECT_NEAR(loss, -picked.mean().item<double>(), 1e-5);
+  // Over the whole table the loss would be larger by the padding rows' share of probability.
+  const auto whole = torch::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  EXPECT_GT(-whole.mean().item<double>() - loss, 1e-3);
+  c.data_vocab_size = 62;
+  EXPECT_THROW(c.validate(), std::invalid_argument);
+}
+
 TEST(GptModel, Bf16ForwardBackwardIsFinite) {
   torch::manual_seed(4);
   const auto c = GptConfig::preset("tiny", 256);

@@ -75,6 +75,34 @@ TEST(GptTrain, BadConfigIsAClearErrorNamingTheKey) {
   EXPECT_NE(r.err.find("fp16"), std::string::npos) << r.err;
 }
 
+// Every config from the source documents trains as a user would run it, its "auto"s filled by the HF-style flags:
+// one without an "optimizer" (an HF Trainer user's) gets the AdamW the HF Trainer would build from --lr, and fp16
+// on a CPU LibTorch without fp16 matmuls trains in bf16, said once.
+TEST(GptTrain, EverySharedConfigTrains) {
+  const std::filesystem::path configs = DSCPP_SOURCE_DIR "/../shared/configs";
+  if (!std::filesystem::exists(configs)) GTEST_SKIP() << configs << " is not beside this checkout";
+  const auto dir = temp_dir("gpt_train_shared");
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(configs)) {
+    if (entry.path().extension() != ".json") continue;
+    ++count;
+    SCOPED_TRACE(entry.path().filename().string());
+    const auto metrics = dir / (entry.path().stem().string() + ".jsonl");
+    auto r = gpt_train("--model tiny --n_layer 2 --steps 6 --seq_len 32 --micro_batch 2 --grad_accum 2 --lr 3e-3 "
+                       "--warmup_steps 2 --deepspeed_config " + entry.path().string() + " --metrics " +
+                       metrics.string());
+    ASSERT_EQ(r.code, 0) << r.err;
+    const auto rows = read_jsonl(metrics);
+    ASSERT_EQ(rows.size(), 6u);
+    EXPECT_LT(rows.back()["loss"].get<double>(), rows.front()["loss"].get<double>()) << r.err;
+    const std::string text = read_text(entry.path());
+    if (text.find("\"optimizer\"") == std::string::npos) {
+      EXPECT_NE(r.err.find("no \"optimizer\" section: training with AdamW(lr 0.003"), std::string::npos) << r.err;
+    }
+  }
+  EXPECT_GE(count, 6);
+}
+
 // --device: cuda on a machine without a GPU (or with this CPU-only LibTorch) stops before anything is built, saying
 // why; an unknown device is refused by the flag's check, naming the choices.
 TEST(GptTrain, DeviceFlagRefusesWhatThisMachineCannotDo) {

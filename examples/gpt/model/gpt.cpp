@@ -91,10 +91,11 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     throw std::invalid_argument("Gpt::loss: targets shape " + shape_of(targets) + " must equal idx shape " +
                                 shape_of(idx));
   }
-  const auto logits = forward(idx);
+  auto logits = forward(idx);
+  const int64_t vocab = config_.data_vocab_size > 0 ? config_.data_vocab_size : config_.vocab_size;
+  if (vocab != config_.vocab_size) logits = logits.narrow(-1, 0, vocab);  // padding rows: no probability (llm.c)
   // fp32 log-softmax: bf16/fp16 logits lose too much precision over a 50k vocabulary.
-  return torch::nn::functional::cross_entropy(logits.reshape({-1, config_.vocab_size}).to(torch::kFloat),
-                                              targets.reshape({-1}));
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets.reshape({-1}));
 }
 
 }  // namespace gpt

@@ -56,6 +56,10 @@ GptConfig GptConfig::preset(const std::string& name, int64_t vocab_size) {
 
 void GptConfig::validate() const {
   require_positive(vocab_size, "vocab_size");
+  if (data_vocab_size < 0 || data_vocab_size > vocab_size) {
+    throw std::invalid_argument("gpt config: the data's vocabulary (" + std::to_string(data_vocab_size) +
+                                " tokens) does not fit the model's " + std::to_string(vocab_size) + "-row embedding");
+  }
   require_positive(block_size, "--seq_len/block_size");
   require_positive(n_layer, "--n_layer");
   require_positive(n_head, "--n_head");

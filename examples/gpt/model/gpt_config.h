@@ -9,7 +9,7 @@
 namespace gpt {
 
 struct GptConfig {
-  int64_t vocab_size = 256;      // V: 256 for byte text, 50257 for GPT-2 tokens
+  int64_t vocab_size = 256;      // V: 256 for byte text, 50257 for GPT-2 tokens; the embedding table's rows
   int64_t block_size = 128;      // longest sequence the position table covers (HF n_positions)
   int64_t n_layer = 4;           // L: transformer blocks
   int64_t n_head = 4;            // attention heads; n_embd must be divisible by it
@@ -18,6 +18,9 @@ struct GptConfig {
   // Dropout probability after the embeddings, on the attention weights and on each residual branch (HF's
   // embd_pdrop, attn_pdrop and resid_pdrop, one value for the three). 0: none. Active only in training mode.
   double dropout = 0.0;
+  // The tokens the data can hold when the table is padded larger (llm.c's 50257 in a 50304-row table): the loss's
+  // softmax covers only these, so the padding rows never get probability. 0: all of vocab_size.
+  int64_t data_vocab_size = 0;
 
   // A named preset with the data's vocabulary. Throws std::invalid_argument listing the known names.
   static GptConfig preset(const std::string& name, int64_t vocab_size);

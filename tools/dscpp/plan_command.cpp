@@ -7,12 +7,14 @@
 #include <fstream>
 #include <iomanip>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "count_arg.h"
 #include "dscpp/config/config.h"
 #include "dscpp/schedule/lr_schedule.h"
 #include "dscpp/zero/memory_estimate.h"
+#include "model/gpt_config.h"
 
 namespace dscpp {
 namespace {
@@ -120,7 +122,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   CLI::App* plan = app.add_subcommand("plan", "Dry run: validate a DeepSpeed config and show what a run would do");
   plan->add_option("config", args.config_path, "DeepSpeed JSON config")->required();
   plan->add_option("--world_size", args.world_size, "data-parallel ranks (default 1)")->check(CLI::PositiveNumber);
-  plan->add_option("--params", args.params, "model parameters for the memory table, e.g. 124M, 1.5B, 1.5e9");
+  auto* params =
+      plan->add_option("--params", args.params, "model parameters for the memory table, e.g. 124M, 1.5B, 1.5e9");
+  plan->add_option("--model", args.model,
+                   "gpt-train's preset (tiny, small, gpt2, gpt2-medium, gpt2-large, gpt2-xl) for the memory table; "
+                   "its width also fills \"auto\" bucket sizes")
+      ->excludes(params);
   plan->add_option("--set", args.sets, "override a config key before parsing: key=value (repeatable)");
   plan->add_option("--schedule_csv", args.schedule_csv, "write step,lr,loss_scale per optimizer step to FILE");
   plan->add_option("--steps", args.steps, "optimizer steps for --schedule_csv");
@@ -137,12 +144,35 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   return plan;
 }
 
-void run_plan(const PlanArgs& args, std::ostream& out, std::ostream& err) {
+namespace {
+
+// --model: the preset's shape as gpt-train builds it — GPT-2's 50,257 tokens for the gpt2 presets, bytes (256) for
+// tiny and small, which gpt-train trains on its embedded corpus.
+gpt::GptConfig preset_model(const std::string& name) {
+  const bool gpt2 = name.rfind("gpt2", 0) == 0;
+  return gpt::GptConfig::preset(name, gpt2 ? 50257 : 256);
+}
+
+}  // namespace
+
+void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
+  PlanArgs args = args_in;
+  std::optional<gpt::GptConfig> model;
+  if (!args.model.empty()) {
+    model = preset_model(args.model);
+    args.params = std::to_string(model->num_params());
+    if (!args.hidden_size) args.hidden_size = model->n_embd;  // as gpt-train fills them
+  }
   const Config config = Config::from_file(args.config_path, make_options(args, err));
   out << config.resolved.dump(2) << "\n";
   const BatchConfig& b = config.batch;
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
       << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size << "\n";
+  if (model) {
+    out << "\nmodel: gpt-train --model " << args.model << ": " << model->num_params() << " params (" << model->n_layer
+        << " layers, " << model->n_embd << " wide, " << model->n_head << " heads, vocab " << model->vocab_size
+        << ", n_positions " << model->block_size << ")\n";
+  }
   if (!args.params.empty()) {
     print_memory_table(config, parse_count(args.params), args.world_size, out);
   }

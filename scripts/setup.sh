@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build needs, then configures and builds (Release-with-debug-info, ccache).
-# Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir]
+# Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir [target...]]
+# By default it builds what README's first command runs — the library, `dscpp` and `gpt-train` — and not the tests
+# and benchmarks (scripts/test.sh builds those: `scripts/setup.sh build all`).
 #
 # Another LibTorch (PyTorch 2.x's, with CUDA): Torch_DIR=<its share/cmake/Torch> scripts/setup.sh build-cuda, e.g.
 #   Torch_DIR=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch scripts/setup.sh build-cuda
@@ -9,11 +11,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
+shift || true
+TARGETS=("$@")
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(dscpp_cli gpt-train)
 
 PACKAGES=(build-essential cmake ccache git
   libtorch-dev libopenblas0-openmp libgloo-dev
   nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
-  liburing-dev libaio-dev protobuf-compiler libprotobuf-dev)
+  liburing-dev libaio-dev protobuf-compiler libprotobuf-dev
+  time python3-torch)  # the benchmarks: GNU time counts page faults; a plain PyTorch loop is their baseline
 if [ -n "${Torch_DIR:-}" ]; then
   [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "setup.sh: Torch_DIR=$Torch_DIR has no TorchConfig.cmake" >&2; exit 2; }
   PACKAGES=("${PACKAGES[@]/libtorch-dev}")
@@ -31,4 +37,4 @@ fi
 
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"}
-cmake --build "$BUILD_DIR" -j"$JOBS"
+cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"

@@ -3,7 +3,7 @@
 # Usage: scripts/test.sh [extra ctest args], e.g. scripts/test.sh -L long for the long suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build
+scripts/setup.sh build all
 cd build
 if [ $# -eq 0 ]; then
   ctest --output-on-failure -j"${JOBS:-$(nproc)}" -LE long

@@ -93,4 +93,21 @@ std::shared_ptr<Comm> init_comm(const DistEnv& env, CommBackend backend) {
   return comm;
 }
 
+std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                     const c10::intrusive_ptr<c10d::Store>& store, const std::string& backend,
+                                     const std::string& key_prefix) {
+  if (!group || !store) throw std::invalid_argument("make_comm_over: the process group or its store is null");
+  if (backend != "gloo" && backend != "nccl") {
+    throw std::invalid_argument("make_comm_over: backend '" + backend + "' is not supported (gloo or nccl)");
+  }
+  const int rank = group->getRank();
+  const int world_size = group->getSize();
+  auto base = compat::backend_of(group, backend == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key_prefix, store);
+  // NCCL has every feature natively; Gloo's are probed, as init_comm does.
+  const BackendFeatures features = backend == "nccl" ? BackendFeatures{true, true, true}
+                                                     : probe_features(*base, world_size);
+  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features);
+}
+
 }  // namespace dscpp

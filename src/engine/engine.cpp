@@ -39,27 +39,11 @@ int64_t now_ns() {
       .count();
 }
 
-// The trainable parameters in registration order, with their dotted names. A parameter registered under two names
-// (tied weights) is taken once: LibTorch's named_parameters(), unlike Python's, does not remove duplicates.
-void collect_params(torch::nn::Module& model, std::vector<torch::Tensor>& params, std::vector<std::string>& names) {
-  std::set<const c10::TensorImpl*> seen;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    if (!item.value().requires_grad() || !seen.insert(item.value().unsafeGetTensorImpl()).second) continue;
-    names.push_back(item.key());
-    params.push_back(item.value());
-  }
-}
-
 // Makes frozen parameters and buffers (running statistics, masks) rank 0's on every rank, as DeepSpeed does; the
-// trainable parameters go through the flat buffer.
-void broadcast_rest(torch::nn::Module& model, Comm& comm) {
+// trainable parameters go through the stage, which starts every rank from rank 0's values too.
+void broadcast_rest(const std::vector<torch::Tensor>& tensors, Comm& comm) {
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> tensors;
-  for (const auto& p : model.parameters()) {
-    if (!p.requires_grad()) tensors.push_back(p);
-  }
-  for (const auto& b : model.buffers()) tensors.push_back(b);
-  for (auto& t : tensors) {
+  for (const auto& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
     auto contiguous = t.contiguous();
     comm.broadcast(contiguous, 0).wait();
@@ -67,29 +51,65 @@ void broadcast_rest(torch::nn::Module& model, Comm& comm) {
   }
 }
 
-// Each gather unit with its dotted name in the model (for logs and errors).
-std::vector<std::pair<std::string, const torch::nn::Module*>> unit_names(
-    torch::nn::Module& model, const std::vector<std::shared_ptr<torch::nn::Module>>& units) {
-  std::map<const torch::nn::Module*, std::string> name_of;
-  for (const auto& item : model.named_modules()) name_of.emplace(item.value().get(), item.key());
-  std::vector<std::pair<std::string, const torch::nn::Module*>> out;
-  for (size_t i = 0; i < units.size(); ++i) {
-    auto it = units[i] ? name_of.find(units[i].get()) : name_of.end();
-    if (it == name_of.end()) {
-      throw std::invalid_argument("InitOptions::gather_units[" + std::to_string(i) +
-                                  "] is not a submodule of the model passed to dscpp::initialize");
-    }
-    out.emplace_back(it->second.empty() ? "(the model itself)" : it->second, it->first);
+// A model built partitioned (PartitionedInit): checks it fits this config, makes its comm the engine's and its units
+// the gather units (unless the program named them), and hands its units over.
+std::vector<PrepartitionedUnit> take_partitioned(const Config& config, InitOptions& options) {
+  if (!options.partitioned) return {};
+  // Its units hold no memory: casting them would read nothing, so they must be in the compute dtype already.
+  const auto dtype = to_scalar_type(config.compute_dtype());
+  if (options.partitioned->dtype() != dtype) {
+    throw ConfigError("the model was built partitioned (InitOptions::partitioned) in " +
+                      std::string(c10::toString(options.partitioned->dtype())) + " but this config computes in " +
+                      to_string(config.compute_dtype()) + ": build it with the config given to dscpp::initialize");
   }
-  return out;
+  if (config.zero.stage != 3) {
+    throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
+                      ": the model was built partitioned (InitOptions::partitioned), which needs stage 3");
+  }
+  if (options.comm && options.comm != options.partitioned->comm()) {
+    throw std::invalid_argument("dscpp::initialize: InitOptions::comm is not the comm the model was built "
+                                "partitioned over (InitOptions::partitioned); pass one of them");
+  }
+  options.comm = options.partitioned->comm();
+  auto units = options.partitioned->take_units();
+  if (options.gather_units.empty()) {
+    for (const auto& unit : units) options.gather_units.push_back(unit.module);
+  }
+  return units;
 }
 
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
-    : config_(std::move(config)), model_(std::move(model)), comm_(std::move(options.comm)), log_(std::move(options.log)) {
-  if (!model_) throw std::invalid_argument("dscpp::initialize: model is null");
+    : config_(std::move(config)), module_(std::move(model)) {
+  if (!module_) throw std::invalid_argument("dscpp::initialize: model is null");
   check_supported(config_);
+  auto prepartitioned = take_partitioned(config_, options);
+  auto tensors = model_tensors(*module_, options.gather_units);
+  for (size_t u = 0; u < options.gather_units.size(); ++u) {
+    module_unit_.emplace(options.gather_units[u].get(), static_cast<int>(u));
+  }
+  for (auto& unit : prepartitioned) {
+    auto it = module_unit_.find(unit.module.get());
+    unit.unit = it == module_unit_.end() ? -1 : it->second;  // -1: the stage says it is not a gather unit
+  }
+  options.gather_units.clear();
+  options.partitioned.reset();
+  build(std::move(tensors), std::move(options), std::move(prepartitioned));
+}
+
+Engine::Engine(ModelTensors model, Config config, InitOptions options) : config_(std::move(config)) {
+  if (!options.gather_units.empty() || options.partitioned) {
+    throw std::invalid_argument("dscpp::initialize: InitOptions::gather_units and InitOptions::partitioned name "
+                                "LibTorch modules; an engine built from ModelTensors takes ModelTensors::units");
+  }
+  check_supported(config_);
+  build(std::move(model), std::move(options), {});
+}
+
+void Engine::build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned) {
+  comm_ = std::move(options.comm);
+  log_ = std::move(options.log);
   tune_host_malloc();  // once per process: the host-side blocks every step reuses stay in the heap
   const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
   if (!optimizer_config) {
@@ -99,21 +119,26 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
 
   // Cast first, then flatten: the flat buffers are allocated in the compute dtype and the params become views.
   dtype_ = to_scalar_type(config_.compute_dtype());
-  // The units of a model built partitioned hold no memory: casting them would read nothing.
-  if (options.partitioned && options.partitioned->dtype() != dtype_) {
-    throw ConfigError("the model was built partitioned (InitOptions::partitioned) in " +
-                      std::string(c10::toString(options.partitioned->dtype())) + " but this config computes in " +
-                      to_string(config_.compute_dtype()) + ": build it with the config given to dscpp::initialize");
-  }
-  model_->to(dtype_);
-  std::vector<torch::Tensor> params;
+  cast_floating(model, dtype_);
+  std::vector<torch::Tensor> params;  // trainable: what ZeRO partitions and the optimizer updates
   std::vector<std::string> names;
-  collect_params(*model_, params, names);
+  std::vector<torch::Tensor> rest;    // frozen parameters and buffers
+  for (const auto& p : model.params) {
+    if (p.tensor.requires_grad()) {
+      params.push_back(p.tensor);
+      names.push_back(p.name);
+      params_.push_back({p.name, p.tensor.sizes().vec()});
+    } else {
+      rest.push_back(p.tensor);
+    }
+  }
+  for (const auto& b : model.buffers) rest.push_back(b.tensor);
+  for (const auto& unit : model.units) unit_names_.push_back(unit.name);
   // Where training runs: the parameters' device. As DeepSpeed does, a rank training on a GPU makes the GPU its
   // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an
   // error, not a run whose every collective crosses devices. A CPU run never touches CUDA.
   const torch::Device device = params.empty() ? torch::Device(torch::kCPU) : params.front().device();
-  if (device.is_cuda() && (comm_ || options.partitioned)) {
+  if (device.is_cuda() && comm_) {
     make_current(device);  // the program chose the device (and joined the job) itself
   } else if (device.is_cuda()) {
     const DistEnv env = DistEnv::from_env();
@@ -126,22 +151,6 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     }
   }
   device_ = device;
-  std::vector<PrepartitionedUnit> prepartitioned;
-  if (options.partitioned) {
-    if (config_.zero.stage != 3) {
-      throw ConfigError("zero_optimization.stage is " + std::to_string(config_.zero.stage) +
-                        ": the model was built partitioned (InitOptions::partitioned), which needs stage 3");
-    }
-    if (comm_ && comm_ != options.partitioned->comm()) {
-      throw std::invalid_argument("dscpp::initialize: InitOptions::comm is not the comm the model was built "
-                                  "partitioned over (InitOptions::partitioned); pass one of them");
-    }
-    comm_ = options.partitioned->comm();
-    prepartitioned = options.partitioned->take_units();
-    if (options.gather_units.empty()) {
-      for (const auto& unit : prepartitioned) options.gather_units.push_back(unit.module);
-    }
-  }
   if (!comm_) {
     // The backend follows the data: NCCL for CUDA parameters, Gloo for CPU ones (and ranks sharing a GPU).
     const DistEnv env = DistEnv::from_env();
@@ -175,7 +184,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
-    PartitionedModel partitioned{params, names, unit_names(*model_, options.gather_units), std::move(prepartitioned)};
+    PartitionedModel partitioned{params, names, std::move(model.units), std::move(prepartitioned)};
     stage_ = make_stage3(context, std::move(partitioned), config_.zero);
   } else {
     // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
@@ -186,7 +195,7 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
     context.flat = flat_.get();
     stage_ = make_zero_stage(config_.zero, context);
   }
-  broadcast_rest(*model_, *comm_);
+  broadcast_rest(rest, *comm_);
 
   // Offloaded, the optimizer runs on the host over its store's slices; on NVMe it holds no state of its own.
   const int64_t partition = stage_->master_params().numel();
@@ -202,7 +211,6 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
   if (config_.memory_breakdown) CpuMemoryTracker::install();
-  for (const auto& [name, unit] : unit_names(*model_, options.gather_units)) unit_name_.emplace(unit, name);
   checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,
                                                              options.activation_partition_group);
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
@@ -229,6 +237,9 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
                                              : error);
     }
   }
+
+  checkpointer_ = std::make_unique<Checkpointer>(CheckpointedState{config_, *comm_, *stage_, *optimizer_, offload_.get(),
+                                                                  *scaler_, progress_, params_, dtype_, device_, log_});
 
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
@@ -265,13 +276,20 @@ Engine::~Engine() {
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
-  return (micro_steps_ + 1) % config_.batch.grad_accum == 0;
+  return (progress_.micro_steps + 1) % config_.batch.grad_accum == 0;
 }
 
-double Engine::lr() const { return schedule_->lr_at(global_steps_ - skipped_steps_); }
+double Engine::lr() const { return schedule_->lr_at(progress_.global_steps - progress_.skipped_steps); }
 
 torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
-  const int64_t start = now_ns();
+  begin_forward();
+  auto loss = loss_fn();
+  end_forward(loss.defined() && loss.requires_grad());
+  return loss;
+}
+
+void Engine::begin_forward() {
+  forward_start_ns_ = now_ns();
   if (CpuMemoryTracker::installed()) {
     forward_start_bytes_ = CpuMemoryTracker::allocated();
     CpuMemoryTracker::reset_peak();
@@ -279,8 +297,10 @@ torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
   stage_->before_forward();
   checkpointing_->begin_forward();
   const auto& flops = config_.flops_profiler;
-  if (flops.enabled && global_steps_ + 1 == flops.profile_step) flops_counter_ = std::make_unique<FlopsCounter>();
-  auto loss = loss_fn();
+  if (flops.enabled && progress_.global_steps + 1 == flops.profile_step) flops_counter_ = std::make_unique<FlopsCounter>();
+}
+
+void Engine::end_forward(bool will_backward) {
   if (flops_counter_) {
     flops_profile_.forward_flops += flops_counter_->total();
     for (const auto& [name, n] : flops_counter_->by_module()) flops_profile_.by_module[name] += n;
@@ -288,15 +308,19 @@ torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
     ++flops_profile_.micro_steps;
     flops_counter_.reset();
   }
-  stage_->after_forward(loss);
-  add_time(Phase::kForward, start);
-  return loss;
+  stage_->after_forward(will_backward);
+  add_time(Phase::kForward, forward_start_ns_);
 }
 
 torch::Tensor Engine::run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward) {
+  auto it = module_unit_.find(&unit);
+  return run_unit(it == module_unit_.end() ? -1 : it->second, unit_forward);  // -1: ZeRO-3 says it is no unit
+}
+
+torch::Tensor Engine::run_unit(int unit, const std::function<torch::Tensor()>& unit_forward) {
   if (!flops_counter_) return stage_->run_unit(unit, unit_forward);
-  auto it = unit_name_.find(&unit);
-  FlopsCounter::Scope scope(it == unit_name_.end() ? std::string("(unit)") : it->second);
+  const bool named = unit >= 0 && unit < static_cast<int>(unit_names_.size());
+  FlopsCounter::Scope scope(named ? unit_names_[unit] : std::string("(unit)"));
   return stage_->run_unit(unit, unit_forward);
 }
 
@@ -345,7 +369,7 @@ void Engine::backward(const torch::Tensor& loss) {
 
 bool Engine::step() {
   const bool boundary = is_gradient_accumulation_boundary();
-  ++micro_steps_;
+  ++progress_.micro_steps;
   if (!boundary) return false;
   StepReport report;
   update(report);
@@ -361,12 +385,12 @@ bool Engine::step() {
 }
 
 void Engine::update(StepReport& report) {
-  const int64_t t = global_steps_ - skipped_steps_;  // schedule position: completed, non-skipped steps
+  const int64_t t = progress_.global_steps - progress_.skipped_steps;  // schedule position: completed, non-skipped
   report.lr = schedule_->lr_at(t);
   report.loss_scale = scaler_->scale();
-  ++global_steps_;
-  global_samples_ += config_.batch.train_batch_size;
-  report.step = global_steps_;
+  ++progress_.global_steps;
+  progress_.global_samples += config_.batch.train_batch_size;
+  report.step = progress_.global_steps;
 
   // The boundary's reduction is backward's (DeepSpeed's backward_allreduce); the rest of this is the step.
   const int64_t reduce_start = now_ns();
@@ -389,7 +413,7 @@ void Engine::update(StepReport& report) {
   report.grad_norm = scaled_norm / report.loss_scale;
   if (scaler_->update(overflow, report.step)) {
     report.skipped = true;
-    ++skipped_steps_;
+    ++progress_.skipped_steps;
     stage_->zero_grads();
     add_time(Phase::kStep, step_start);
     return;
@@ -414,14 +438,14 @@ void Engine::update(StepReport& report) {
 
 void Engine::write_monitors(const StepReport& report) {
   if (monitors_.empty()) return;
-  std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", report.loss, global_samples_},
-                                      {"Train/Samples/lr", report.lr, global_samples_}};
-  if (config_.fp16.enabled) events.push_back({"Train/Samples/loss_scale", report.loss_scale, global_samples_});
+  std::vector<MonitorEvent> events = {{"Train/Samples/train_loss", report.loss, progress_.global_samples},
+                                      {"Train/Samples/lr", report.lr, progress_.global_samples}};
+  if (config_.fp16.enabled) events.push_back({"Train/Samples/loss_scale", report.loss_scale, progress_.global_samples});
   if (config_.wall_clock_breakdown) {
     const char* names[kPhases] = {"forward", "backward", "backward_inner", "backward_allreduce", "step"};
     for (size_t i = 0; i < kPhases; ++i) {
       events.push_back({std::string("Train/Samples/elapsed_time_ms_") + names[i], report.times.seconds[i] * 1e3,
-                        global_samples_});
+                        progress_.global_samples});
     }
   }
   for (auto& monitor : monitors_) monitor->write_events(events);
@@ -434,7 +458,7 @@ void Engine::log_step(const StepReport& report) {
   last_log_time_ns_ = now;
   const double samples_per_s = seconds > 0 ? config_.batch.train_batch_size * config_.steps_per_print / seconds : 0.0;
   log_(format_step_line(report.step, report.loss, report.lr, report.loss_scale, report.grad_norm, samples_per_s,
-                        skipped_steps_));
+                        progress_.skipped_steps));
   if (config_.wall_clock_breakdown) log_("[deepspeed.cpp] " + format_wall_clock(print_window_));
   print_window_ = PhaseTimes{};
   if (config_.memory_breakdown) {
@@ -462,7 +486,7 @@ bool Engine::save_16bit_model(const std::string& path) {
   if (rank() == 0) {
     // The same parameters, names and order the stage visits; their sizes stay valid while ZeRO-3 holds no storage.
     std::vector<TensorInfo> infos;
-    for (const auto& p : param_entries()) infos.push_back({p.name, dtype_, p.shape});
+    for (const auto& p : params_) infos.push_back({p.name, dtype_, p.shape});
     try {
       writer = std::make_unique<SafetensorsWriter>(path, infos, std::map<std::string, std::string>{{"format", "pt"}});
     } catch (const std::exception& e) {
@@ -478,15 +502,6 @@ bool Engine::save_16bit_model(const std::string& path) {
   });
   if (writer) writer->close();
   return true;
-}
-
-std::vector<ParamEntry> Engine::param_entries() const {
-  std::vector<torch::Tensor> params;
-  std::vector<std::string> names;
-  collect_params(*model_, params, names);
-  std::vector<ParamEntry> out;
-  for (size_t i = 0; i < params.size(); ++i) out.push_back({names[i], params[i].sizes().vec()});
-  return out;
 }
 
 ModelStateMemory Engine::memory() const {
@@ -509,6 +524,10 @@ MemoryBreakdown Engine::memory_breakdown() const {
 }
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config, InitOptions options) {
+  return std::make_unique<Engine>(std::move(model), config, std::move(options));
+}
+
+std::unique_ptr<Engine> initialize(ModelTensors model, const Config& config, InitOptions options) {
   return std::make_unique<Engine>(std::move(model), config, std::move(options));
 }
 

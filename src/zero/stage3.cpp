@@ -41,13 +41,13 @@ struct Placement {
 Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
   std::unordered_map<const c10::TensorImpl*, int> unit_of;
   for (size_t u = 0; u < model.units.size(); ++u) {
-    for (const auto& p : model.units[u].second->parameters(/*recurse=*/true)) {
+    for (const auto& p : model.units[u].params) {
       unit_of.emplace(p.unsafeGetTensorImpl(), static_cast<int>(u));  // the first unit that holds it owns it
     }
   }
   Placement out;
   out.kind_name = {"persistent parameters", "root parameters (outside every unit)"};
-  for (const auto& unit : model.units) out.kind_name.push_back(unit.first);
+  for (const auto& unit : model.units) out.kind_name.push_back(unit.name);
   for (const auto& p : model.params) {
     if (p.numel() < persistence_threshold) {
       out.kind_of_param.push_back(0);
@@ -98,27 +98,26 @@ class Stage3 final : public ZeroStage {
     if (root_group_ >= 0) demand(root_group_);
   }
 
-  void after_forward(const torch::Tensor& loss) override {
+  void after_forward(bool will_backward) override {
     // A forward with nothing to differentiate (evaluation) ends here: nothing will come back for the parameters.
-    if (in_micro_step_ && !(loss.defined() && loss.requires_grad())) {
+    if (in_micro_step_ && !will_backward) {
       release_all();
       order_.end_micro_step();
       in_micro_step_ = false;
     }
   }
 
-  torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& forward) override {
-    auto it = unit_group_.find(&unit);
-    if (it == unit_group_.end()) {
+  torch::Tensor run_unit(int unit, const std::function<torch::Tensor()>& forward) override {
+    if (unit < 0 || unit >= static_cast<int>(units_.size())) {
       throw std::invalid_argument("ZeRO-3 run_unit: this module is not one of the gather units passed to "
                                   "dscpp::initialize (InitOptions::gather_units)");
     }
     if (!in_micro_step_) {
-      throw std::logic_error("ZeRO-3 run_unit(" + it->second.second +
+      throw std::logic_error("ZeRO-3 run_unit(" + units_[unit].name +
                              ") outside Engine::forward: run the model inside engine->forward([&] { ... }) so the "
                              "parameters outside the units are gathered too");
     }
-    const int group = it->second.first;
+    const int group = unit_group_[unit];
     if (group < 0) return forward();  // every parameter of this unit is persistent
     demand(group);
     auto out = forward();
@@ -262,12 +261,11 @@ class Stage3 final : public ZeroStage {
     prepartitioned_of_kind_.assign(placement_.kind_name.size(), -1);
     for (size_t k = 0; k < prepartitioned.size(); ++k) {
       const auto& pre = prepartitioned[k];
-      size_t u = 0;
-      while (u < units_.size() && units_[u].second != pre.module.get()) ++u;
-      if (u == units_.size()) {
+      if (pre.unit < 0 || pre.unit >= static_cast<int>(units_.size())) {
         throw std::invalid_argument("ZeRO-3: a unit built partitioned (PartitionedInit) is not one of the gather "
                                     "units; pass the units it partitioned (or none) as InitOptions::gather_units");
       }
+      const size_t u = static_cast<size_t>(pre.unit);
       const int kind = static_cast<int>(2 + u);
       std::vector<const c10::TensorImpl*> grouped;
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -277,7 +275,7 @@ class Stage3 final : public ZeroStage {
       for (const auto& p : pre.params) built.push_back(p.unsafeGetTensorImpl());
       if (grouped != built) {
         throw std::invalid_argument(
-            "ZeRO-3: unit " + units_[u].first + " was built partitioned with " + std::to_string(built.size()) +
+            "ZeRO-3: unit " + units_[u].name + " was built partitioned with " + std::to_string(built.size()) +
             " parameters, but the stage groups " + std::to_string(grouped.size()) + " for it: "
             "zero_optimization.stage3_param_persistence_threshold or a parameter's requires_grad changed after "
             "construction (build with the config given to dscpp::initialize)");
@@ -334,12 +332,11 @@ class Stage3 final : public ZeroStage {
       group_numel_.push_back(group.numel);
     }
     // Units map to their group; a unit whose parameters are all persistent (or that has none) maps to -1.
+    unit_group_.assign(units_.size(), -1);
     for (size_t u = 0; u < units_.size(); ++u) {
-      int group = -1;
       for (size_t g = 0; g < groups.size(); ++g) {
-        if (kinds_[groups[g].param_begin] == static_cast<int>(2 + u)) group = static_cast<int>(g);
+        if (kinds_[groups[g].param_begin] == static_cast<int>(2 + u)) unit_group_[u] = static_cast<int>(g);
       }
-      unit_group_[units_[u].second] = {group, units_[u].first};
     }
   }
 
@@ -512,7 +509,7 @@ class Stage3 final : public ZeroStage {
   std::vector<std::string> names_;
   std::vector<int> kinds_;
   std::vector<int> prepartitioned_of_kind_;  // per kind: index into PartitionedModel::prepartitioned, or -1
-  std::vector<std::pair<std::string, const torch::nn::Module*>> units_;
+  std::vector<GatherUnit> units_;
   std::unique_ptr<FlatLayout> layout_;
   torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group; none on NVMe
   std::unique_ptr<StateStore> param_store_;  // offload_param nvme: the partition, one sub-group per group shard
@@ -520,7 +517,7 @@ class Stage3 final : public ZeroStage {
   torch::Device device_ = torch::kCPU;
   std::vector<GatheredGroup> groups_;
   std::vector<int64_t> group_numel_;
-  std::unordered_map<const torch::nn::Module*, std::pair<int, std::string>> unit_group_;
+  std::vector<int> unit_group_;  // per unit: its group, -1 when all its parameters persist (or it has none)
   int persistent_group_ = -1;
   int root_group_ = -1;
   std::unique_ptr<ShardedMaster> master_;

@@ -277,7 +277,7 @@ std::vector<Row> table() {
       {"activation_checkpointing.profile", true, K::kActs, "ActivationCheckpointing.*",
        [](const Config& c) { return c.activation_checkpointing.profile; }},
       // Checkpoints (SPEC §3.9).
-      {"checkpoint.tag_validation", "Fail", K::kActs, "untested: the load compares every rank's tag (engine_checkpoint.cpp)",
+      {"checkpoint.tag_validation", "Fail", K::kActs, "untested: the save compares every rank's tag (checkpointer.cpp)",
        [](const Config& c) { return c.checkpoint.tag_validation == "Fail"; }},
       {"checkpoint.load_universal", true, K::kHarmless, "every checkpoint here is universal"},
       {"checkpoint.use_node_local_storage", true, K::kHarmless, "every rank writes its own shard file either way"},

@@ -13,6 +13,11 @@
 
 #include "dscpp/comm/dist_env.h"
 
+namespace c10d {
+class ProcessGroup;
+class Store;
+}  // namespace c10d
+
 namespace dscpp {
 
 enum class ReduceOp { kSum, kMax, kMin };
@@ -80,5 +85,14 @@ enum class CommBackend { kAuto, kGloo, kNccl };  // kAuto: NCCL for CUDA tensors
 // c10d process group. world_size 1 gives the single-process comm. Collectives time out after env.timeout with a
 // CommError naming this rank and the collective.
 std::shared_ptr<Comm> init_comm(const DistEnv& env, CommBackend backend = CommBackend::kAuto);
+
+// The Comm over a process group someone else made — torch.distributed's default group, from the Python front end —
+// so that the engine's collectives and the program's own run over one rendezvous. `backend` is the group's, "gloo"
+// or "nccl". side_all_gather's keys go into `store` (the group's) under `key_prefix`, which must differ between the
+// comms one job makes over the same store (every rank passing the same one), or a new comm would read an old one's
+// keys. Collective (it probes the backend's features): every rank calls it at the same point.
+std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                     const c10::intrusive_ptr<c10d::Store>& store, const std::string& backend,
+                                     const std::string& key_prefix);
 
 }  // namespace dscpp

@@ -125,6 +125,19 @@ using ProcessGroupBase = c10d::Backend;
 using ProcessGroupBase = c10d::ProcessGroup;
 #endif
 
+// The ProcessGroupBase that runs a group's collectives on `device` — for a group made elsewhere (torch.distributed's,
+// from Python). 2.0+: the group dispatches to one Backend per device type; 1.13: the group is its own. A template
+// so that only its caller (src/comm, with c10d's headers) needs the complete types.
+template <typename Group>
+c10::intrusive_ptr<ProcessGroupBase> backend_of(const c10::intrusive_ptr<Group>& group, c10::DeviceType device) {
+#if DSCPP_TORCH_AT_LEAST(2, 0)
+  return group->getBackend(device);
+#else
+  (void)device;
+  return group;
+#endif
+}
+
 // SPEC §8 wants the rendezvous port bound to the master address only. c10d's TCPStore server listens on every
 // interface (1.13 always: TCPServer calls Socket::listen(port) with no host). Since 2.x TCPStoreOptions can adopt a
 // socket we bound ourselves (masterListenFd; honoured by the libuv server, the default since 2.4, from 2.8 on —

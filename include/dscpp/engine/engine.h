@@ -1,6 +1,7 @@
 // Engine: one training step, in order — backward (scale, accumulate) → step (reduce, check overflow, clip,
 // optimizer on the master partition, publish params, advance the schedule). The stage, scaler, optimizer and
-// schedule are chosen once from the config; the engine only sequences them.
+// schedule are chosen once from the config; the engine only sequences them (and hands checkpoints to its
+// Checkpointer). It trains a model's tensors (ModelTensors), which a LibTorch module or a Python nn.Module gives.
 #pragma once
 
 #include <torch/torch.h>
@@ -20,8 +21,11 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
 #include "dscpp/config/config.h"
+#include "dscpp/engine/checkpointer.h"
 #include "dscpp/engine/memory_report.h"
+#include "dscpp/engine/model_tensors.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/engine/progress.h"
 #include "dscpp/monitor/flops_profiler.h"
 #include "dscpp/monitor/monitor.h"
 #include "dscpp/monitor/wall_clock.h"
@@ -40,7 +44,8 @@ struct InitOptions {
   std::function<void(const std::string&)> log;       // rank 0's log sink; default: stderr on rank 0
   // ZeRO-3: submodules whose parameters are gathered and released together (a transformer block each, as FSDP2's
   // fully_shard units). Run each one's forward through Engine::run_unit. Parameters outside every unit are
-  // gathered for the whole forward and backward. Ignored by stages 0-2.
+  // gathered for the whole forward and backward. Ignored by stages 0-2. A LibTorch module's only: an engine built
+  // from ModelTensors takes its units from ModelTensors::units.
   std::vector<std::shared_ptr<torch::nn::Module>> gather_units;
   // ZeRO-3: the model was built partitioned through this (DeepSpeed's zero.Init). Its units become the gather
   // units (when gather_units is empty; otherwise they must be among them), its comm the engine's, and its shards
@@ -51,18 +56,6 @@ struct InitOptions {
   // different data, so without such a group there is nothing to split and the key changes nothing, as in DeepSpeed
   // without an mpu.
   std::shared_ptr<Comm> activation_partition_group;
-};
-
-struct CheckpointLoadOptions {
-  // false: weights and step counters only; the optimizer's state is left as it is (fresh in a new engine), so the
-  // checkpoint's optimizer need not be this one.
-  bool load_optimizer_states = true;
-};
-
-struct LoadedCheckpoint {
-  std::string path;              // the tag directory read
-  std::string tag;
-  nlohmann::json client_state;   // what save_checkpoint was given (null when nothing)
 };
 
 // What the last accumulation boundary did.
@@ -78,7 +71,11 @@ struct StepReport {
 
 class Engine {
  public:
+  // A LibTorch module: its tensors (model_tensors), the units InitOptions names, and a model built partitioned.
   Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options);
+  // Any model given as its tensors (the Python front end's way in). InitOptions::gather_units and ::partitioned
+  // must be empty: they name LibTorch modules.
+  Engine(ModelTensors model, Config config, InitOptions options);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -86,6 +83,10 @@ class Engine {
   // Runs the model's forward: `loss_fn` computes the micro-batch's mean loss. Under ZeRO-3 the parameters
   // outside the gather units are gathered around it, so there the forward must run inside it.
   torch::Tensor forward(const std::function<torch::Tensor()>& loss_fn);
+  // The same in two calls, for a front end that runs the model itself (Python's engine(batch)): begin_forward(),
+  // the model, then end_forward(whether any output requires grad, i.e. a backward will follow).
+  void begin_forward();
+  void end_forward(bool will_backward);
 
   // Inside forward: runs `unit`'s forward (one of InitOptions::gather_units). Under ZeRO-3 its parameters are
   // gathered first (prefetched once the order is known), gathered again before its backward and released after
@@ -93,6 +94,8 @@ class Engine {
   // under ZeRO-3: between uses they hold no memory.
   // With the flops profiler counting, the unit's FLOPs are attributed to its name.
   torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward);
+  // The same for unit `unit` of ModelTensors::units (its index).
+  torch::Tensor run_unit(int unit, const std::function<torch::Tensor()>& unit_forward);
 
   // Inside forward: block(input) with activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint):
   // only `input` is kept, in the form the config's activation_checkpointing section asks for, and the block runs
@@ -126,9 +129,9 @@ class Engine {
   int world_size() const { return comm_->world_size(); }
   torch::ScalarType compute_dtype() const { return dtype_; }
 
-  int64_t global_steps() const { return global_steps_; }
-  int64_t micro_steps() const { return micro_steps_; }
-  int64_t skipped_steps() const { return skipped_steps_; }
+  int64_t global_steps() const { return progress_.global_steps; }
+  int64_t micro_steps() const { return progress_.micro_steps; }
+  int64_t skipped_steps() const { return progress_.skipped_steps; }
   double lr() const;                                 // the lr the next optimizer step will use
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
@@ -162,7 +165,9 @@ class Engine {
   // existing tag swaps the new one in atomically). `client_state` is stored as is. Returns the tag directory. Throws
   // CheckpointError on every rank when any rank fails; other tags and `latest` are untouched.
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
-                              const nlohmann::json& client_state = nullptr);
+                              const nlohmann::json& client_state = nullptr) {
+    return checkpointer_->save(save_dir, tag, client_state);
+  }
 
   // Loads `load_dir/<tag>` (`tag` empty: the one `latest` names) into this engine, whatever world size and ZeRO
   // stage wrote it: each rank reads the fragments its own partition needs, checking every one against its CRC.
@@ -172,20 +177,24 @@ class Engine {
   // CheckpointError naming the file and the problem — missing tag or shard, truncated or corrupt shard, a manifest
   // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
-                                   const CheckpointLoadOptions& options = {});
+                                   const CheckpointLoadOptions& options = {}) {
+    return checkpointer_->load(load_dir, tag, options);
+  }
 
   // Sets every trainable parameter to `source(name, shape)`'s value (whole, that shape, any dtype) — pretrained
   // weights, e.g. HF GPT-2's (HfGpt2Weights). The master copy and the compute-dtype weights change on every stage;
   // optimizer state and counters do not. Each rank asks only for the parameters its partition holds and keeps one
   // at a time, so under ZeRO-3 no rank holds the model. Collective; throws on every rank when any rank's source
   // throws, leaving the weights as they were.
-  using WeightSource = std::function<torch::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
-  void load_weights(const WeightSource& source);
+  using WeightSource = Checkpointer::WeightSource;
+  void load_weights(const WeightSource& source) { checkpointer_->load_weights(source); }
 
   // Samples consumed so far (global batch × optimizer boundaries): where the data stands.
-  int64_t global_samples() const { return global_samples_; }
+  int64_t global_samples() const { return progress_.global_samples; }
 
  private:
+  // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
+  void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
   void log_step(const StepReport& report);
   // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
@@ -195,41 +204,12 @@ class Engine {
   // Seconds since `start_ns`, added to `phase` of the current optimizer step. With wall_clock_breakdown the device
   // is synchronized first, so asynchronous GPU work is counted where it ran.
   void add_time(Phase phase, int64_t start_ns);
-  void check_at_boundary(const char* what) const;
-  void validate_tag_across_ranks(const std::string& tag) const;
-  std::vector<ParamEntry> param_entries() const;
-  // One tensor of a shard file: `kind` (kMasterKind, an optimizer state, kParam16Kind, kRngTensor) of a fragment.
-  struct ShardTensor {
-    std::string name;  // in the file
-    std::string kind;
-    ShardFragment fragment;  // unused for kRngTensor
-  };
-  // What rank `r`'s shard file holds, in file order. Rank 0 names every rank's checksums from it, so writer and
-  // manifest cannot disagree.
-  std::vector<ShardTensor> shard_contents(int r) const;
-  // Writes this rank's shard into `staging`; returns its bytes, file CRC and each tensor's CRC (shard_contents order).
-  std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag);
-  // The manifest without its files: what this engine is and where training stands.
-  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
-  // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
-  ShardFile describe_shard(int r, const std::vector<int64_t>& sums) const;
-  // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
-  void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state);
-  // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
-  void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source);
-  // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
-  std::vector<ShardFragment> master_fragments() const;
-  // Which part of master_params() holds fragment `f` of this rank's layout.
-  int64_t master_offset(const ShardFragment& f) const;
-  // Elements [offset, offset + numel) of the master (kind 0) or optimizer state kind - 1, wherever they live: a view
-  // when they are in memory, a copy read from the offload store otherwise.
-  torch::Tensor master_state(int kind, int64_t offset, int64_t numel);
-  // Sets parts of the master and optimizer state (addressed as master_state does; fp32 values on the host) and
-  // republishes the compute-dtype weights from them.
-  void commit_master_writes(const std::vector<StateStore::Update>& writes);
 
   Config config_;
-  std::shared_ptr<torch::nn::Module> model_;
+  std::shared_ptr<torch::nn::Module> module_;  // a LibTorch model, kept alive; null for ModelTensors
+  std::map<const torch::nn::Module*, int> module_unit_;  // a LibTorch model's gather units: index in the units
+  std::vector<std::string> unit_names_;  // per gather unit, for the flops profiler's scopes
+  std::vector<ParamEntry> params_;       // the trainable parameters' names and shapes, in registration order
   std::shared_ptr<Comm> comm_;  // with comms_logger, the logging decorator around the process group's comm
   std::shared_ptr<CommsLogger> comms_logger_;
   std::function<void(const std::string&)> log_;
@@ -241,15 +221,12 @@ class Engine {
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<ActivationCheckpointing> checkpointing_;
-  std::map<const torch::nn::Module*, std::string> unit_name_;  // gather units, for the flops profiler's scopes
   std::unique_ptr<FlopsCounter> flops_counter_;  // during the profiled step's forwards
   FlopsProfile flops_profile_;
   std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
+  std::unique_ptr<Checkpointer> checkpointer_;
 
-  int64_t micro_steps_ = 0;
-  int64_t global_steps_ = 0;
-  int64_t skipped_steps_ = 0;
-  int64_t global_samples_ = 0;
+  TrainingProgress progress_;
   int64_t optimizer_state_bytes_ = 0;
   torch::Device device_{torch::kCPU};  // where the parameters (and so training) live
   torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary
@@ -257,6 +234,7 @@ class Engine {
   int64_t last_log_time_ns_ = 0;
   PhaseTimes step_times_;    // the optimizer step in progress
   PhaseTimes print_window_;  // since the last steps_per_print line
+  int64_t forward_start_ns_ = 0;
   int64_t forward_start_bytes_ = 0;  // CpuMemoryTracker::allocated() when the micro-step's forward began
   int64_t activations_peak_ = -1;    // MemoryBreakdown::activations_peak
 };
@@ -265,5 +243,6 @@ class Engine {
 // schedule and scaler from `config`. Throws ConfigError for config values the engine does not support yet.
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    InitOptions options = {});
+std::unique_ptr<Engine> initialize(ModelTensors model, const Config& config, InitOptions options = {});
 
 }  // namespace dscpp

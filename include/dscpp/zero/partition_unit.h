@@ -17,6 +17,7 @@ namespace dscpp {
 // memory is released (exactly as ZeRO-3 leaves a unit between uses); `shard` holds this rank's values.
 struct PrepartitionedUnit {
   std::shared_ptr<torch::nn::Module> module;
+  int unit = -1;  // which of the engine's gather units it is (set by the engine when it takes the unit)
   // The trainable parameters of at least the persistence threshold's size that no earlier unit took, in the
   // module's parameter order: the group ZeRO-3 forms for this unit. Smaller ones stay whole (they persist).
   std::vector<torch::Tensor> params;

@@ -20,6 +20,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/offload/state_store.h"
 #include "dscpp/zero/flat_params.h"
+#include "dscpp/zero/gather_unit.h"
 #include "dscpp/zero/partition_unit.h"
 
 namespace dscpp {
@@ -49,13 +50,14 @@ class ZeroStage {
 
   virtual int stage() const = 0;
 
-  // Around the model's forward (Engine::forward) and each gather unit inside it (Engine::run_unit). Stage 3
-  // gathers parameters here; the others run the forward as it is.
+  // Around the model's forward (Engine::forward) and each gather unit inside it (Engine::run_unit; `unit` indexes
+  // the units the stage was built with, -1 for none of them). Stage 3 gathers parameters here; the others run the
+  // forward as it is.
   virtual void before_forward() {}
-  virtual void after_forward(const torch::Tensor& /*loss*/) {}
-  virtual torch::Tensor run_unit(const torch::nn::Module& /*unit*/, const std::function<torch::Tensor()>& forward) {
-    return forward();
-  }
+  // `will_backward`: the forward's outputs need gradients (false for an evaluation forward, after which no
+  // backward comes to release what it gathered).
+  virtual void after_forward(bool /*will_backward*/) {}
+  virtual torch::Tensor run_unit(int /*unit*/, const std::function<torch::Tensor()>& forward) { return forward(); }
 
   // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
   // after_backward; the others only keep their gradient buffer attached.
@@ -153,8 +155,9 @@ std::unique_ptr<ZeroStage> make_stage2(const StageContext& context);
 struct PartitionedModel {
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  std::vector<std::pair<std::string, const torch::nn::Module*>> units;  // (name in the model, module), in order
-  // Units built already partitioned (partition_unit): the stage takes their shards instead of reading values.
+  std::vector<GatherUnit> units;  // in order
+  // Units built already partitioned (partition_unit), each naming its unit: the stage takes their shards instead of
+  // reading values.
   std::vector<PrepartitionedUnit> prepartitioned;
 };
 

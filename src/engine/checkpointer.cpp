@@ -1,8 +1,6 @@
-// Engine::save_checkpoint / load_checkpoint: the engine's state to and from the checkpoint format
-// (dscpp/checkpoint/manifest.h). Every rank writes the fragments of the parameters its shard holds and reads the
-// fragments its own partition needs, so the reader's world size and ZeRO stage need not be the writer's. A save
-// holds nothing beyond one fragment in flight; a load reads into a second copy of the partition (master and
-// optimizer state) and only then replaces the engine's, so a failed load leaves the engine as it was.
+// Checkpointer: the engine's state to and from the checkpoint format (see checkpointer.h). A save holds nothing
+// beyond one fragment in flight; a load reads into a second copy of the partition (master and optimizer state) and
+// only then replaces the engine's, so a failed load leaves the engine as it was.
 #include <algorithm>
 #include <csignal>
 #include <cstdlib>
@@ -14,7 +12,7 @@
 #include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/safetensors.h"
-#include "dscpp/engine/engine.h"
+#include "dscpp/engine/checkpointer.h"
 
 namespace fs = std::filesystem;
 
@@ -71,41 +69,41 @@ void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, 
 
 }  // namespace
 
-void Engine::check_at_boundary(const char* what) const {
-  if (micro_steps_ % config_.batch.grad_accum != 0) {
-    throw std::logic_error(std::string(what) + ": called after micro-step " + std::to_string(micro_steps_) +
-                           ", inside an accumulation of " + std::to_string(config_.batch.grad_accum) +
+void Checkpointer::check_at_boundary(const char* what) const {
+  if (s_.progress.micro_steps % s_.config.batch.grad_accum != 0) {
+    throw std::logic_error(std::string(what) + ": called after micro-step " + std::to_string(s_.progress.micro_steps) +
+                           ", inside an accumulation of " + std::to_string(s_.config.batch.grad_accum) +
                            "; call it after the step() that ends one");
   }
 }
 
-int64_t Engine::master_offset(const ShardFragment& f) const {
-  if (stage_->master_is_whole()) return f.flat_offset;
-  const auto& layout = stage_->layout();
+int64_t Checkpointer::master_offset(const ShardFragment& f) const {
+  if (s_.stage.master_is_whole()) return f.flat_offset;
+  const auto& layout = s_.stage.layout();
   const int group = layout.slots()[f.slot].group;
   return layout.groups()[group].partition_offset + (f.flat_offset - layout.shard_offset(group, rank()));
 }
 
 // DeepSpeed's checkpoint.tag_validation: every rank must save under the same tag, or their shards would land in
 // different directories. "Warn" logs, "Fail" throws on every rank, "Ignore" skips the exchange.
-void Engine::validate_tag_across_ranks(const std::string& tag) const {
-  const auto& mode = config_.checkpoint.tag_validation;
+void Checkpointer::validate_tag_across_ranks(const std::string& tag) const {
+  const auto& mode = s_.config.checkpoint.tag_validation;
   if (mode == "Ignore" || world_size() == 1) return;
-  const auto hashes = comm_->side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(tag))});
+  const auto hashes = s_.comm.side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(tag))});
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
     if (hashes[r] == hashes[0]) continue;
     const std::string what = "save_checkpoint: rank " + std::to_string(r) + " saves under another tag than rank 0 "
                               "(this rank: '" + tag + "'); every rank must pass the same tag "
                               "(checkpoint.tag_validation is " + mode + ")";
     if (mode == "Fail") throw CheckpointError(what);
-    log_("[deepspeed.cpp] warning: " + what);
+    s_.log("[deepspeed.cpp] warning: " + what);
     return;
   }
 }
 
-std::vector<ShardFragment> Engine::master_fragments() const {
-  const auto& layout = stage_->layout();
-  if (!stage_->master_is_whole()) return layout.shard_fragments(rank());
+std::vector<ShardFragment> Checkpointer::master_fragments() const {
+  const auto& layout = s_.stage.layout();
+  if (!s_.stage.master_is_whole()) return layout.shard_fragments(rank());
   std::vector<ShardFragment> out;
   for (int i = 0; i < static_cast<int>(layout.slots().size()); ++i) {
     const auto& slot = layout.slots()[i];
@@ -114,44 +112,44 @@ std::vector<ShardFragment> Engine::master_fragments() const {
   return out;
 }
 
-std::vector<Engine::ShardTensor> Engine::shard_contents(int r) const {
-  const auto& layout = stage_->layout();
-  const auto kinds = optimizer_->state_kinds();
+std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r) const {
+  const auto& layout = s_.stage.layout();
+  const auto kinds = s_.optimizer.state_kinds();
   std::vector<ShardTensor> out;
   for (const auto& f : layout.shard_fragments(r)) {
     const auto& name = layout.slots()[f.slot].name;
     out.push_back({shard_tensor_name(kMasterKind, name), kMasterKind, f});
     for (const auto& kind : kinds) out.push_back({shard_tensor_name(kind, name), kind, f});
-    if (dtype_ != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
+    if (s_.dtype != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
   }
   out.push_back({kRngTensor, kRngTensor, {}});
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
-  if (device_.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
+  if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
   return out;
 }
 
-std::string Engine::save_checkpoint(const std::string& save_dir, const std::string& tag_arg,
-                                    const nlohmann::json& client_state) {
+std::string Checkpointer::save(const std::string& save_dir, const std::string& tag_arg,
+                               const nlohmann::json& client_state) {
   check_at_boundary("save_checkpoint");
-  const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(global_steps_) : tag_arg;
+  const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(s_.progress.global_steps) : tag_arg;
   validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
-  all_or_none(*comm_, "save_checkpoint", [&] {
+  all_or_none(s_.comm, "save_checkpoint", [&] {
     check_tag(tag);
     if (rank() == 0) prepare_staging(save_dir, tag);
   });
 
   // 1. Every rank writes its shard file into the staging directory and keeps its size and checksums.
   std::vector<int64_t> sums;  // file bytes, file crc, then each tensor's crc in shard_contents order
-  all_or_none(*comm_, "save_checkpoint", [&] { sums = write_shard(staging, tag); });
+  all_or_none(s_.comm, "save_checkpoint", [&] { sums = write_shard(staging, tag); });
   kill_point("shard_written");
 
   // 2. Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
-  const auto lengths = comm_->side_all_gather({static_cast<int64_t>(sums.size())});
+  const auto lengths = s_.comm.side_all_gather({static_cast<int64_t>(sums.size())});
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   sums.resize(longest, 0);
-  const auto all_sums = comm_->side_all_gather(sums);
-  all_or_none(*comm_, "save_checkpoint", [&] {
+  const auto all_sums = s_.comm.side_all_gather(sums);
+  all_or_none(s_.comm, "save_checkpoint", [&] {
     if (rank() != 0) return;
     auto manifest = describe_checkpoint(tag, client_state);
     for (int r = 0; r < world_size(); ++r) {
@@ -164,16 +162,16 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const std::stri
     kill_point("published");
     write_latest(save_dir, tag);
   });
-  log_("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
-       std::to_string(global_steps_) + ", " + std::to_string(world_size()) + " shard files)");
+  s_.log("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
+       std::to_string(s_.progress.global_steps) + ", " + std::to_string(world_size()) + " shard files)");
   return (fs::path(save_dir) / tag).string();
 }
 
-std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::string& tag) {
-  const RngState rng = RngState::capture(device_);
+std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const std::string& tag) {
+  const RngState rng = RngState::capture(s_.device);
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
-  const auto kinds = optimizer_->state_kinds();
+  const auto kinds = s_.optimizer.state_kinds();
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng.cpu();
     if (t.kind == kRngCudaTensor) return rng.cuda();
@@ -185,7 +183,7 @@ std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::
   std::vector<TensorInfo> infos;
   for (const auto& t : contents) {
     const auto value = value_of(t);
-    infos.push_back({t.name, t.kind == kParam16Kind ? dtype_ : value.scalar_type(), value.sizes().vec()});
+    infos.push_back({t.name, t.kind == kParam16Kind ? s_.dtype : value.scalar_type(), value.sizes().vec()});
   }
   SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
                            {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
@@ -199,7 +197,7 @@ std::vector<int64_t> Engine::write_shard(const std::string& staging, const std::
   return sums;
 }
 
-ShardFile Engine::describe_shard(int r, const std::vector<int64_t>& sums) const {
+ShardFile Checkpointer::describe_shard(int r, const std::vector<int64_t>& sums) const {
   const auto contents = shard_contents(r);
   if (sums.size() != contents.size() + 2) {
     throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(sums.size()) +
@@ -209,7 +207,7 @@ ShardFile Engine::describe_shard(int r, const std::vector<int64_t>& sums) const 
   for (size_t i = 0; i < contents.size(); ++i) {
     const auto& t = contents[i];
     if (t.kind == kMasterKind) {
-      file.fragments.push_back({stage_->layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
+      file.fragments.push_back({s_.stage.layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
                                 t.fragment.numel});
     }
     file.tensor_crc32[t.name] = static_cast<uint32_t>(sums[2 + i]);
@@ -217,41 +215,41 @@ ShardFile Engine::describe_shard(int r, const std::vector<int64_t>& sums) const 
   return file;
 }
 
-Manifest Engine::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
+Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
   Manifest m;
   m.tag = tag;
   m.world_size = world_size();
-  m.zero_stage = stage_->stage();
-  m.compute_dtype = to_string(config_.compute_dtype());
-  m.global_steps = global_steps_;
-  m.micro_steps = micro_steps_;
-  m.skipped_steps = skipped_steps_;
-  m.global_samples = global_samples_;
-  m.optimizer = optimizer_->name();
-  m.optimizer_step_count = optimizer_->step_count();
-  m.optimizer_state = optimizer_->state_kinds();
-  m.scheduler = config_.scheduler ? config_.scheduler->type : "";
-  const auto scaler = scaler_->state();
-  m.loss_scaler = {scaler_->name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
-  m.params = param_entries();
-  m.config = config_.resolved;
+  m.zero_stage = s_.stage.stage();
+  m.compute_dtype = to_string(s_.config.compute_dtype());
+  m.global_steps = s_.progress.global_steps;
+  m.micro_steps = s_.progress.micro_steps;
+  m.skipped_steps = s_.progress.skipped_steps;
+  m.global_samples = s_.progress.global_samples;
+  m.optimizer = s_.optimizer.name();
+  m.optimizer_step_count = s_.optimizer.step_count();
+  m.optimizer_state = s_.optimizer.state_kinds();
+  m.scheduler = s_.config.scheduler ? s_.config.scheduler->type : "";
+  const auto scaler = s_.scaler.state();
+  m.loss_scaler = {s_.scaler.name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
+  m.params = s_.params;
+  m.config = s_.config.resolved;
   m.client_state = client_state;
   return m;
 }
 
-LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std::string& tag_arg,
-                                         const CheckpointLoadOptions& options) {
+LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::string& tag_arg,
+                                    const CheckpointLoadOptions& options) {
   check_at_boundary("load_checkpoint");
   LoadedCheckpoint loaded;
   std::unique_ptr<CheckpointReader> checkpoint;
-  all_or_none(*comm_, "load_checkpoint", [&] {
+  all_or_none(s_.comm, "load_checkpoint", [&] {
     loaded.tag = resolve_tag(load_dir, tag_arg);
     loaded.path = (fs::path(load_dir) / loaded.tag).string();
     checkpoint = std::make_unique<CheckpointReader>(loaded.path);
     check_compatible(checkpoint->manifest(), options, (fs::path(loaded.path) / kManifestFile).string());
   });
   // Each rank read `latest` for itself: a save finishing in between could have given them different tags.
-  const auto tags = comm_->side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(loaded.tag))});
+  const auto tags = s_.comm.side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(loaded.tag))});
   if (std::any_of(tags.begin(), tags.end(), [&](int64_t t) { return t != tags[0]; })) {
     throw CheckpointError("load_checkpoint: the ranks resolved different tags in " + load_dir + " (this rank: '" +
                           loaded.tag + "'; was `latest` replaced during the load?); pass the tag explicitly");
@@ -260,11 +258,11 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
 
   // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
   // parameter covers (group padding) keep this engine's values.
-  const auto kinds = optimizer_->state_kinds();
+  const auto kinds = s_.optimizer.state_kinds();
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
-  all_or_none(*comm_, "load_checkpoint", [&] {
-    const auto& layout = stage_->layout();
+  all_or_none(s_.comm, "load_checkpoint", [&] {
+    const auto& layout = s_.stage.layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
       for (size_t k = 0; k <= (options.load_optimizer_states ? kinds.size() : 0); ++k) {
@@ -276,7 +274,7 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
     }
     if (rank() < m.world_size) {
       rng_state = checkpoint->read(rank(), kRngTensor);
-      if (device_.is_cuda() && m.files[rank()].tensor_crc32.count(kRngCudaTensor)) {
+      if (s_.device.is_cuda() && m.files[rank()].tensor_crc32.count(kRngCudaTensor)) {
         cuda_rng_state = checkpoint->read(rank(), kRngCudaTensor);
       }
     }
@@ -284,58 +282,59 @@ LoadedCheckpoint Engine::load_checkpoint(const std::string& load_dir, const std:
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
   commit_master_writes(writes);
-  if (options.load_optimizer_states) optimizer_->set_step_count(m.optimizer_step_count);
+  if (options.load_optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
   restore_progress(m, rng_state, cuda_rng_state);
   loaded.client_state = m.client_state;
-  log_("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(global_steps_) + ", written by " +
+  s_.log("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(s_.progress.global_steps) + ", written by " +
        std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
   return loaded;
 }
 
 // Counters (and so the schedule's position), the loss scaler and this rank's generators.
-void Engine::restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state) {
-  global_steps_ = m.global_steps;
-  micro_steps_ = m.micro_steps;
-  skipped_steps_ = m.skipped_steps;
-  global_samples_ = m.global_samples;
-  if (m.loss_scaler.type == scaler_->name()) {
-    scaler_->load_state({m.loss_scaler.scale, m.loss_scaler.iteration, m.loss_scaler.last_overflow_iteration,
+void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state) {
+  s_.progress.global_steps = m.global_steps;
+  s_.progress.micro_steps = m.micro_steps;
+  s_.progress.skipped_steps = m.skipped_steps;
+  s_.progress.global_samples = m.global_samples;
+  if (m.loss_scaler.type == s_.scaler.name()) {
+    s_.scaler.load_state({m.loss_scaler.scale, m.loss_scaler.iteration, m.loss_scaler.last_overflow_iteration,
                          m.loss_scaler.hysteresis});
   } else {
-    log_("[deepspeed.cpp] the checkpoint's loss scaler is " + m.loss_scaler.type + ", this run's " + scaler_->name() +
+    s_.log("[deepspeed.cpp] the checkpoint's loss scaler is " + m.loss_scaler.type + ", this run's " + s_.scaler.name() +
          ": the scaler starts fresh");
   }
   if (rng_state.defined()) {
-    RngState(rng_state, cuda_rng_state.defined() ? std::optional<torch::Device>(device_) : std::nullopt,
+    RngState(rng_state, cuda_rng_state.defined() ? std::optional<torch::Device>(s_.device) : std::nullopt,
              cuda_rng_state)
         .restore();
   }
-  if (device_.is_cuda() && rng_state.defined() && !cuda_rng_state.defined()) {
-    log_("[deepspeed.cpp] the checkpoint has no CUDA generator state (it was written by a CPU run): this rank's "
+  if (s_.device.is_cuda() && rng_state.defined() && !cuda_rng_state.defined()) {
+    s_.log("[deepspeed.cpp] the checkpoint has no CUDA generator state (it was written by a CPU run): this rank's "
          "GPU generator keeps its own");
   }
   if (m.world_size < world_size()) {
-    log_("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +
+    s_.log("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +
          std::to_string(m.world_size) + ".." + std::to_string(world_size() - 1) + " keep their own");
   }
 }
 
-void Engine::check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) {
-  check_same_model(m, param_entries(), source);
-  if (options.load_optimizer_states && (m.optimizer != optimizer_->name() || m.optimizer_state != optimizer_->state_kinds())) {
+void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
+                                    const std::string& source) const {
+  check_same_model(m, s_.params, source);
+  if (options.load_optimizer_states && (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
     std::string kinds;
     for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
     throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded into " +
-                          optimizer_->name() + "; load with load_optimizer_states = false to keep only the weights "
+                          s_.optimizer.name() + "; load with load_optimizer_states = false to keep only the weights "
                           "and counters");
   }
 }
 
-void Engine::load_weights(const WeightSource& source) {
+void Checkpointer::load_weights(const WeightSource& source) {
   check_at_boundary("load_weights");
   std::vector<StateStore::Update> writes;
-  all_or_none(*comm_, "load_weights", [&] {
-    const auto& layout = stage_->layout();
+  all_or_none(s_.comm, "load_weights", [&] {
+    const auto& layout = s_.stage.layout();
     for (const auto& want : master_fragments()) {
       const auto& slot = layout.slots()[want.slot];
       const auto value = source(slot.name, slot.shape);
@@ -351,33 +350,33 @@ void Engine::load_weights(const WeightSource& source) {
   commit_master_writes(writes);
 }
 
-torch::Tensor Engine::master_state(int kind, int64_t offset, int64_t numel) {
-  if (offload_) {
+torch::Tensor Checkpointer::master_state(int kind, int64_t offset, int64_t numel) {
+  if (s_.offload) {
     auto out = torch::empty({numel}, torch::kFloat32);
-    offload_->store().read(kind, offset, out);
+    s_.offload->store().read(kind, offset, out);
     return out;
   }
-  auto& whole = kind == 0 ? stage_->master_params() : optimizer_->state_tensors().at(kind - 1).second;
+  auto& whole = kind == 0 ? s_.stage.master_params() : s_.optimizer.state_tensors().at(kind - 1).second;
   return whole.narrow(0, offset, numel);
 }
 
-void Engine::commit_master_writes(const std::vector<StateStore::Update>& writes) {
+void Checkpointer::commit_master_writes(const std::vector<StateStore::Update>& writes) {
   {
     torch::NoGradGuard no_grad;
-    if (offload_) {
-      offload_->store().write(writes);
+    if (s_.offload) {
+      s_.offload->store().write(writes);
     } else {
-      auto states = optimizer_->state_tensors();
+      auto states = s_.optimizer.state_tensors();
       for (const auto& w : writes) {
-        auto& whole = w.kind == 0 ? stage_->master_params() : states.at(w.kind - 1).second;
+        auto& whole = w.kind == 0 ? s_.stage.master_params() : states.at(w.kind - 1).second;
         whole.narrow(0, w.offset, w.values.numel()).copy_(w.values);
       }
     }
   }
-  if (offload_) {
-    offload_->publish();
+  if (s_.offload) {
+    s_.offload->publish();
   } else {
-    stage_->publish_params();
+    s_.stage.publish_params();
   }
 }
 

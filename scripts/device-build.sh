@@ -39,7 +39,8 @@ case "${1:-}" in
     NCCL_HOME=${NCCL_HOME:-$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)}
     export NCCL_HOME CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     export PATH=$ROOT/bin:$PATH LD_LIBRARY_PATH=$ROOT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_BUILD_BENCH=OFF \
+    # The Python package is off here until it is tried against the wheel's own interpreter and pybind11 headers.
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_BUILD_BENCH=OFF -DDSCPP_BUILD_PYTHON=OFF \
       -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$ROOT;$ROOT/lib/x86_64-linux-gnu/cmake" \
       -DCMAKE_LIBRARY_PATH="$ROOT/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$ROOT/include" \
       -DProtobuf_PROTOC_EXECUTABLE="$ROOT/bin/protoc"

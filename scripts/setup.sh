@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build needs, then configures and builds (Release-with-debug-info, ccache).
 # Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir [target...]]
-# By default it builds what README's first command runs — the library, `dscpp` and `gpt-train` — and not the tests
-# and benchmarks (scripts/test.sh builds those: `scripts/setup.sh build all`).
+# By default it builds what README's first command runs — the library, `dscpp`, `gpt-train` and the Python package
+# `dscpp` (build/python) — and not the tests and benchmarks (scripts/test.sh builds those: `scripts/setup.sh build all`).
 #
 # Another LibTorch (PyTorch 2.x's, with CUDA): Torch_DIR=<its share/cmake/Torch> scripts/setup.sh build-cuda, e.g.
 #   Torch_DIR=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch scripts/setup.sh build-cuda
@@ -13,13 +13,14 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(dscpp_cli gpt-train)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(dscpp_cli gpt-train dscpp_python)
 
 PACKAGES=(build-essential cmake ccache git
   libtorch-dev libopenblas0-openmp libgloo-dev
   nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   liburing-dev libaio-dev protobuf-compiler libprotobuf-dev
-  time python3-torch)  # the benchmarks: GNU time counts page faults; a plain PyTorch loop is their baseline
+  python3-torch python3-dev pybind11-dev python3-pytest python3-torchvision  # the Python front end and its tests
+  time)  # the benchmarks: GNU time counts page faults; a plain PyTorch loop is their baseline
 if [ -n "${Torch_DIR:-}" ]; then
   [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "setup.sh: Torch_DIR=$Torch_DIR has no TorchConfig.cmake" >&2; exit 2; }
   PACKAGES=("${PACKAGES[@]/libtorch-dev}")

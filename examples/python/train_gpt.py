@@ -1,0 +1,89 @@
+#!/usr/bin/python3
+"""Train gpt-train's GPT from Python the way a DeepSpeed script does — `import dscpp as deepspeed` is the only change.
+
+    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_gpt.py --model tiny --steps 50
+    build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --deepspeed_config ds.json --save_dir ckpt
+
+The model and data are gpt-train's (examples/python/gpt.py): the same weights from the same seed and the same rows
+per rank, so the losses are gpt-train's and checkpoints move between the two in either direction.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+
+import dscpp as deepspeed
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt import PRESETS, Gpt, load_tokens, rows  # noqa: E402
+
+# Used without --deepspeed_config (train_batch_size follows from the micro-batch, accumulation and world size).
+DEFAULT_CONFIG = {
+    "train_micro_batch_size_per_gpu": 8,
+    "gradient_accumulation_steps": 1,
+    "steps_per_print": 10,
+    "zero_optimization": {"stage": 2},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="tiny", choices=sorted(PRESETS))
+    p.add_argument("--steps", type=int, default=50, help="total optimizer steps (a resumed run ends there too)")
+    p.add_argument("--seq_len", type=int, help="tokens per row (default: the block size, at most 128)")
+    p.add_argument("--data", help="a text file, read as bytes (default: gpt-train's embedded corpus's files)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--save_dir", help="save a checkpoint here every --save_interval steps and at the end")
+    p.add_argument("--save_interval", type=int, default=0)
+    p.add_argument("--load_dir", help="resume from the checkpoint `latest` names here")
+    p.add_argument("--metrics", help="rank 0 writes one JSON line per optimizer step here (step, loss: the mean over "
+                                     "the global batch, lr), as gpt-train's --metrics")
+    p.add_argument("--local_rank", type=int, default=-1, help="set by the launcher (DeepSpeed's convention)")
+    return deepspeed.add_config_arguments(p).parse_args()
+
+
+def main():
+    args = parse_args()
+    deepspeed.init_distributed()  # torch.distributed too: dist.get_rank() works from here on
+    n_layer, n_head, n_embd, block_size = PRESETS[args.model]
+    seq_len = args.seq_len or min(block_size, 128)
+    tokens = load_tokens(args.data, seq_len)
+    torch.manual_seed(args.seed)
+    model = Gpt(256, n_layer, n_head, n_embd, block_size)
+
+    engine, _, _, _ = deepspeed.initialize(args=args, model=model,
+                                           config=None if args.deepspeed_config else DEFAULT_CONFIG)
+    if args.load_dir:
+        path, _ = engine.load_checkpoint(args.load_dir)
+        if path is None:
+            print(f"[train_gpt] no checkpoint in {args.load_dir} yet: starting fresh", flush=True)
+
+    rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
+    micro, batch = engine.train_micro_batch_size_per_gpu(), engine.train_batch_size()
+    rank_rows = batch // world
+    metrics = open(args.metrics, "a") if args.metrics and rank == 0 else None
+    loss = None
+    while engine.global_steps < args.steps:
+        step = engine.global_steps
+        for k in range(engine.gradient_accumulation_steps()):
+            inputs, targets = rows(tokens, seq_len, step, batch, rank * rank_rows + k * micro, micro)
+            loss = engine(inputs, targets)  # forward
+            engine.backward(loss)           # backward
+            engine.step()                   # optimizer step on the accumulation boundary
+        if metrics:
+            report = engine.last_step()
+            metrics.write(json.dumps({"step": report["step"], "loss": report["loss"], "lr": report["lr"]}) + "\n")
+            metrics.flush()
+        if args.save_dir and args.save_interval and engine.global_steps % args.save_interval == 0:
+            engine.save_checkpoint(args.save_dir)
+    if args.save_dir and not (args.save_interval and engine.global_steps % args.save_interval == 0):
+        engine.save_checkpoint(args.save_dir)
+    if rank == 0 and loss is not None:
+        print(f"[train_gpt] {engine.global_steps} steps, rank 0's last loss {loss.item():.6g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

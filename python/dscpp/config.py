@@ -1,0 +1,55 @@
+"""Where the DeepSpeed config comes from — initialize's `config` (a path or a dict), `config_params`, or
+`args.deepspeed_config` — and add_config_arguments. Parsing and validation are the C++ engine's (dscpp::Config)."""
+import argparse
+import json
+import os
+
+
+def add_config_arguments(parser):
+    """Adds DeepSpeed's command-line arguments (--deepspeed, --deepspeed_config) to an argparse parser; returns it."""
+    if not isinstance(parser, argparse.ArgumentParser):
+        raise TypeError(f"dscpp.add_config_arguments: expected an argparse.ArgumentParser, got {type(parser).__name__}")
+    group = parser.add_argument_group("DeepSpeed", "DeepSpeed configurations")
+    group.add_argument("--deepspeed", default=False, action="store_true",
+                       help="Enable DeepSpeed (helper flag for user code, no impact on DeepSpeed backend)")
+    group.add_argument("--deepspeed_config", default=None, type=str, help="DeepSpeed json configuration file.")
+    group.add_argument("--deepscale", default=False, action="store_true",
+                       help="Deprecated enable DeepSpeed (helper flag for user code, no impact on DeepSpeed backend)")
+    group.add_argument("--deepscale_config", default=None, type=str, help="Deprecated DeepSpeed json configuration file.")
+    return parser
+
+
+def resolve_config(args, config, config_params):
+    """The config as a dict (possibly to be completed by initialize) or a path, from whichever source was given.
+    Returns (dict_or_None, path_or_None)."""
+    if config is None:
+        config = config_params
+    elif config_params is not None:
+        raise ValueError("dscpp.initialize: both config and config_params were given; pass one")
+    from_args = None
+    if args is not None:
+        from_args = getattr(args, "deepspeed_config", None) or getattr(args, "deepscale_config", None)
+    if config is not None and from_args is not None:
+        raise ValueError("dscpp.initialize: a config was given both in args.deepspeed_config "
+                         f"({from_args}) and to initialize(config=...); pass one")
+    config = config if config is not None else from_args
+    if config is None:
+        raise ValueError("dscpp.initialize: no DeepSpeed config: pass config= (a path or a dict) or "
+                         "args with --deepspeed_config")
+    if isinstance(config, dict):
+        return json.loads(json.dumps(config)), None  # a deep copy, and a clear error if it is not JSON
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"dscpp.initialize: the DeepSpeed config file {path} does not exist")
+        return None, path
+    raise TypeError(f"dscpp.initialize: config must be a path or a dict, got {type(config).__name__}")
+
+
+def load_json(path):
+    """The config file's JSON, for initialize to complete (a client optimizer). Errors name the file."""
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not valid JSON: {e}") from None

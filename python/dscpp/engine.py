@@ -1,0 +1,202 @@
+"""DeepSpeedEngine: DeepSpeed's engine API over the C++ engine (dscpp._C.Engine).
+
+One training step, as a script sees it and where it runs:
+    engine(batch)          the module's forward, in Python, between the C++ engine's begin_forward / end_forward
+                           (ZeRO-3 gathers parameters there)
+    engine.backward(loss)  C++: scales the loss, runs autograd, reduces gradients into this rank's shard
+    engine.step()          C++: on the accumulation boundary, clips, steps the optimizer, publishes the weights
+The module's parameters are the engine's: it re-points their data (casts, flat views, shards) in place, so the
+module and the engine never hold two copies.
+"""
+import json
+import os
+import warnings
+
+import torch
+
+from .optimizer_view import OptimizerView
+
+
+def _requires_grad(outputs):
+    """Whether any tensor in a forward's outputs (nested tuples, lists, dicts, HF ModelOutputs) needs a gradient."""
+    if isinstance(outputs, torch.Tensor):
+        return outputs.requires_grad
+    if isinstance(outputs, dict):
+        return any(_requires_grad(v) for v in outputs.values())
+    if isinstance(outputs, (tuple, list)):
+        return any(_requires_grad(v) for v in outputs)
+    return False
+
+
+class DeepSpeedEngine:
+    """Returned by dscpp.initialize; see the module docstring for one step."""
+
+    def __init__(self, module, engine, training_dataloader=None, client_optimizer=None):
+        self.module = module
+        self._engine = engine
+        self.training_dataloader = training_dataloader
+        self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self)
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        first = next(iter(module.parameters()), None)
+        self.device = first.device if first is not None else torch.device("cpu")
+        self._config = json.loads(engine.config_json)
+        # The order a step's calls must come in: backward needs a forward, step needs a backward.
+        self._forwarded = False
+        self._backwarded = False
+
+    # ---- one step -------------------------------------------------------------------------------------------------
+
+    def forward(self, *args, **kwargs):
+        """The module's forward; its outputs are returned as they are."""
+        self._engine.begin_forward()
+        try:
+            outputs = self.module(*args, **kwargs)
+        except BaseException:
+            self._engine.end_forward(False)  # nothing will come back for what the forward gathered
+            raise
+        self._engine.end_forward(torch.is_grad_enabled() and _requires_grad(outputs))
+        self._forwarded = True
+        return outputs
+
+    __call__ = forward
+
+    def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
+        """Scales `loss` (the micro-batch's mean) by the loss scale / gradient_accumulation_steps and backpropagates;
+        the gradients go into this rank's shard. Returns `loss`."""
+        if retain_graph:
+            raise NotImplementedError("engine.backward(retain_graph=True) is not supported by deepspeed.cpp")
+        if not scale_wrt_gas:
+            raise NotImplementedError("engine.backward(scale_wrt_gas=False) is not supported by deepspeed.cpp: the "
+                                      "loss is always divided by gradient_accumulation_steps")
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError(f"engine.backward: loss must be a tensor, got {type(loss).__name__}")
+        if not self._forwarded:
+            raise RuntimeError("engine.backward: no forward ran since the last backward; compute the loss from "
+                               "engine(batch) (the engine's forward), then call backward once")
+        self._forwarded = False
+        self._engine.backward(loss)
+        self._backwarded = True
+        return loss
+
+    def step(self, lr_kwargs=None):
+        """Ends the micro-step; on an accumulation boundary the optimizer steps (unless the loss scale overflowed)."""
+        if lr_kwargs is not None:
+            raise NotImplementedError("engine.step(lr_kwargs=...) is not supported by deepspeed.cpp")
+        if not self._backwarded:
+            raise RuntimeError("engine.step: no backward since the last step; call engine.backward(loss) first")
+        self._backwarded = False
+        self._engine.step()
+
+    def train(self, mode=True):
+        self.module.train(mode)
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    # ---- where training stands ------------------------------------------------------------------------------------
+
+    @property
+    def global_steps(self):
+        return self._engine.global_steps
+
+    @property
+    def global_samples(self):
+        return self._engine.global_samples
+
+    @property
+    def micro_steps(self):
+        return self._engine.micro_steps
+
+    @property
+    def skipped_steps(self):
+        return self._engine.skipped_steps
+
+    def get_lr(self):
+        """The learning rate of each parameter group (one: the engine steps one flat partition) for the next step."""
+        return [self._engine.lr]
+
+    def get_global_grad_norm(self):
+        """The last step's global gradient norm before clipping; None before the first step."""
+        return self._engine.last_step()["grad_norm"] if self.global_steps > 0 else None
+
+    def was_step_applied(self):
+        """False when the last boundary was skipped for overflow."""
+        return self.global_steps > 0 and not self._engine.last_step()["skipped"]
+
+    def last_step(self):
+        """deepspeed.cpp's: what the last optimizer boundary did — step, loss (the mean over the global batch: every
+        rank and micro-step), lr, loss_scale, grad_norm, skipped."""
+        return self._engine.last_step()
+
+    def get_loss_scale(self):
+        return self._engine.loss_scale
+
+    def is_gradient_accumulation_boundary(self):
+        return self._engine.is_gradient_accumulation_boundary()
+
+    def gradient_accumulation_steps(self):
+        return self._engine.grad_accum
+
+    def train_batch_size(self):
+        return self._engine.train_batch_size
+
+    def train_micro_batch_size_per_gpu(self):
+        return self._engine.micro_batch
+
+    def zero_optimization_stage(self):
+        return self._engine.zero_stage
+
+    def memory(self):
+        """This rank's model-state bytes: params, grads, master, optimizer_state, buffers (and ZeRO-3's)."""
+        return self._engine.memory()
+
+    @property
+    def config(self):
+        """The resolved config (every default filled), as a dict."""
+        return self._config
+
+    # ---- checkpoints ----------------------------------------------------------------------------------------------
+
+    def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True, exclude_frozen_parameters=False):
+        """Collective. Writes save_dir/<tag>/ (default tag global_step<N>) and then save_dir/latest. `client_state`
+        must be JSON (no pickles: nothing in a checkpoint runs code on load). Returns True."""
+        if not save_latest:
+            raise NotImplementedError("save_checkpoint(save_latest=False) is not supported: `latest` always moves")
+        if exclude_frozen_parameters:
+            raise NotImplementedError("save_checkpoint(exclude_frozen_parameters=True) is not supported")
+        try:
+            state = json.dumps(client_state if client_state is not None else None)
+        except TypeError as e:
+            raise TypeError(f"save_checkpoint: client_state must be JSON-serialisable ({e}); checkpoints hold no "
+                            "pickles") from None
+        self._engine.save_checkpoint(os.fspath(save_dir), "" if tag is None else str(tag), state)
+        return True
+
+    def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,
+                        load_lr_scheduler_states=True, load_module_only=False, custom_load_fn=None):
+        """Collective. Loads load_dir/<tag> (default: the tag `latest` names), written by any world size, ZeRO stage,
+        or by gpt-train. Returns (path, client_state); (None, None) when load_dir has no `latest` and no tag was
+        given, as DeepSpeed does."""
+        if not load_lr_scheduler_states:
+            raise NotImplementedError("load_checkpoint(load_lr_scheduler_states=False) is not supported: the "
+                                      "schedule's position is the step count, which a load restores")
+        if not load_module_strict or load_module_only or custom_load_fn is not None:
+            raise NotImplementedError("load_checkpoint: load_module_strict=False, load_module_only=True and "
+                                      "custom_load_fn are not supported (load_optimizer_states=False keeps the "
+                                      "optimizer as it is)")
+        load_dir = os.fspath(load_dir)
+        if tag is None and not os.path.isfile(os.path.join(load_dir, "latest")):
+            warnings.warn(f"dscpp: unable to find latest file at {os.path.join(load_dir, 'latest')}, if trying to "
+                          "load latest checkpoint please pass an explicit tag")
+            return None, None
+        path, _, client_state = self._engine.load_checkpoint(
+            load_dir, "" if tag is None else str(tag), load_optimizer_states)
+        self._forwarded = self._backwarded = False
+        return path, json.loads(client_state)
+
+    def save_16bit_model(self, save_dir, save_filename="model.safetensors"):
+        """Collective. The whole weights in the compute dtype, as one safetensors file written by rank 0 (under ZeRO-3
+        it needs stage3_gather_16bit_weights_on_model_save). Returns whether it saved."""
+        os.makedirs(save_dir, exist_ok=True)
+        return self._engine.save_16bit_model(os.path.join(os.fspath(save_dir), save_filename))

@@ -1,0 +1,97 @@
+"""dscpp.initialize: DeepSpeed's entry point. Gathers what the C++ engine needs — the model's tensors, the config
+(with a client optimizer folded in), torch.distributed's process group — builds it, and wraps it for Python."""
+import json
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+from .client_optimizer import optimizer_parameters, optimizer_section
+from .comm import engine_comm_arguments, init_distributed
+from .config import load_json, resolve_config
+from .engine import DeepSpeedEngine
+from .optimizer_view import SchedulerView
+
+
+def _flatten_parameters(model_parameters):
+    out = []
+    for item in model_parameters:
+        out.extend(item["params"] if isinstance(item, dict) else [item])
+    return out
+
+
+def _check_same_parameters(given, trainable, what):
+    given_ids = {id(p) for p in given}
+    trainable_ids = {id(p) for p in trainable}
+    if given_ids != trainable_ids:
+        raise ValueError(f"dscpp.initialize: {what} covers {len(given_ids & trainable_ids)} of the model's "
+                         f"{len(trainable_ids)} trainable parameters (and {len(given_ids - trainable_ids)} others); "
+                         "the engine trains exactly the parameters with requires_grad=True: set requires_grad=False "
+                         "on the ones to freeze")
+
+
+def _dataloader(training_data, engine, collate_fn, drop_last):
+    """DeepSpeed's loader: torch's DistributedSampler (shuffled, seed 0; call set_epoch per epoch) over the
+    data-parallel ranks, micro-batch sized."""
+    from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
+    if isinstance(training_data, IterableDataset):
+        raise TypeError("dscpp.initialize: training_data is an IterableDataset, which cannot be sharded by a sampler; "
+                        "pass a map-style Dataset, or build your own loader")
+    sampler = DistributedSampler(training_data, num_replicas=engine.world_size, rank=engine.rank)
+    return DataLoader(training_data, batch_size=engine.micro_batch, sampler=sampler, collate_fn=collate_fn,
+                      drop_last=drop_last)
+
+
+def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
+               distributed_port=29500, mpu=None, dist_init_required=None, collate_fn=None, config=None,
+               mesh_param=None, config_params=None):
+    """DeepSpeed's initialize → (engine, optimizer, training_dataloader, lr_scheduler).
+
+    `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
+    Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
+    section. When WORLD_SIZE > 1 and torch.distributed is not initialised, init_distributed() joins the job first;
+    the engine communicates over torch.distributed's default group."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
+    if mpu is not None or mesh_param is not None:
+        raise NotImplementedError("dscpp.initialize: mpu and mesh_param (model parallelism) are not supported yet")
+    if lr_scheduler is not None:
+        raise TypeError(f"dscpp.initialize: lr_scheduler {type(lr_scheduler).__name__} cannot be taken yet: the engine "
+                        "runs its own schedule; describe it in the config's \"scheduler\" section (WarmupLR, "
+                        "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
+    config_dict, config_path = resolve_config(args, config, config_params)
+    if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        init_distributed(distributed_port=distributed_port)
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    client_optimizer = None
+    if optimizer is not None:
+        if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
+            optimizer = optimizer(model_parameters if model_parameters is not None else trainable)
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"dscpp.initialize: optimizer must be a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        section = optimizer_section(optimizer)
+        _check_same_parameters(optimizer_parameters(optimizer), trainable, "the optimizer")
+        if config_dict is None:
+            config_dict, config_path = load_json(config_path), None
+        if "optimizer" in config_dict:
+            raise ValueError(f"dscpp.initialize: an optimizer was passed ({type(optimizer).__name__}) and the config "
+                             "has an \"optimizer\" section; keep one")
+        config_dict["optimizer"] = section
+        client_optimizer = optimizer
+    elif model_parameters is not None:
+        _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
+
+    engine = _C.create_engine(
+        params=list(model.named_parameters()), buffers=list(model.named_buffers()), units=[],
+        config=config_path if config_path is not None else json.dumps(config_dict),
+        config_is_path=config_path is not None, **engine_comm_arguments())
+    resolved = json.loads(engine.config_json)
+    loader = None
+    if training_data is not None:
+        loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
+    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer)
+    scheduler = SchedulerView(wrapper) if resolved.get("scheduler") else None
+    return wrapper, wrapper.optimizer, loader, scheduler

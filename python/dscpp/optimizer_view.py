@@ -1,0 +1,38 @@
+"""OptimizerView: what initialize returns as the optimizer when the config names it. The engine's optimizer runs in
+C++ over each rank's flat partition; this view shows scripts what they read of a torch optimizer — param_groups with
+the current lr — and turns zero_grad into the no-op it is here (the engine clears gradients after each step)."""
+
+
+class OptimizerView:
+    def __init__(self, engine):
+        self._engine = engine
+        self._params = [p for p in engine.module.parameters() if p.requires_grad]
+
+    @property
+    def param_groups(self):
+        return [{"params": self._params, "lr": self._engine.get_lr()[0]}]
+
+    def zero_grad(self, set_to_none=True):
+        pass
+
+    def step(self, closure=None):
+        raise RuntimeError("the optimizer dscpp.initialize returned steps inside engine.step(); call that instead")
+
+    def state_dict(self):
+        raise RuntimeError("the engine's optimizer state is saved by engine.save_checkpoint, not state_dict()")
+
+
+class SchedulerView:
+    """What initialize returns as the lr_scheduler when the config has a "scheduler" section: the engine advances the
+    schedule inside engine.step(), so step() here does nothing and get_lr() reads the engine's."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def get_lr(self):
+        return self._engine.get_lr()
+
+    get_last_lr = get_lr
+
+    def step(self, *args, **kwargs):
+        pass

@@ -1,0 +1,180 @@
+// dscpp._C: the C++ engine as Python sees it. Only translation lives here — Python tensors in as the model's own
+// at::Tensors (ModelTensors), torch.distributed's process group in as the engine's comm, JSON text across for
+// configs and client state, C++ exceptions out as Python ones. The training step itself is the C++ Engine's.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/extension.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dscpp/checkpoint/manifest.h"
+#include "dscpp/comm/comm.h"
+#include "dscpp/config/config.h"
+#include "dscpp/engine/engine.h"
+#include "dscpp/optim/cpu_adam.h"
+
+namespace py = pybind11;
+
+namespace dscpp::python {
+namespace {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+using Units = std::vector<std::pair<std::string, std::vector<torch::Tensor>>>;
+
+std::vector<NamedTensor> named(const NamedTensors& items) {
+  std::vector<NamedTensor> out;
+  for (const auto& [name, tensor] : items) out.push_back({name, tensor});
+  return out;
+}
+
+// How the engine reaches its peers: torch.distributed's default group when the program (or init_distributed) made
+// one, else one process alone.
+std::shared_ptr<Comm> comm_from(const py::object& group, const py::object& store, const std::string& backend,
+                                const std::string& key_prefix) {
+  if (group.is_none()) return make_single_process_comm();
+  return make_comm_over(group.cast<c10::intrusive_ptr<c10d::ProcessGroup>>(),
+                        store.cast<c10::intrusive_ptr<c10d::Store>>(), backend, key_prefix);
+}
+
+std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers, const Units& units,
+                                      const std::string& config, bool config_is_path, const py::object& group,
+                                      const py::object& store, const std::string& backend,
+                                      const std::string& key_prefix) {
+  ModelTensors model{named(params), named(buffers), {}};
+  for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
+  InitOptions options;
+  options.comm = comm_from(group, store, backend, key_prefix);
+  ConfigOptions config_options;
+  config_options.world_size = options.comm->world_size();
+  Config parsed = config_is_path ? Config::from_file(config, config_options)
+                                 : Config::from_string(config, config_options);
+  py::gil_scoped_release no_gil;  // collectives: other Python threads may run meanwhile
+  return initialize(std::move(model), parsed, std::move(options));
+}
+
+// dscpp.ops.adam.DeepSpeedCPUAdam's step for one parameter: the SIMD CPU Adam over its fp32 tensors, in place.
+void cpu_adam(torch::Tensor& param, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+              const AdamStepConfig& config) {
+  for (const torch::Tensor* t : std::initializer_list<const torch::Tensor*>{&param, &grad, &exp_avg, &exp_avg_sq}) {
+    if (!t->device().is_cpu() || t->scalar_type() != torch::kFloat32 || !t->is_contiguous() ||
+        t->numel() != param.numel()) {
+      throw std::invalid_argument("DeepSpeedCPUAdam: parameters, gradients and states must be contiguous fp32 CPU "
+                                  "tensors of one size; got " + std::string(c10::toString(t->scalar_type())) + " " +
+                                  t->device().str() + " with " + std::to_string(t->numel()) + " elements for a " +
+                                  std::to_string(param.numel()) + "-element parameter");
+    }
+  }
+  cpu_adam_step(config, param.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
+                exp_avg_sq.data_ptr<float>(), param.numel());
+}
+
+py::dict step_report(const StepReport& r) {
+  py::dict d;
+  d["step"] = r.step;
+  d["loss"] = r.loss;
+  d["lr"] = r.lr;
+  d["loss_scale"] = r.loss_scale;
+  d["grad_norm"] = r.grad_norm;
+  d["skipped"] = r.skipped;
+  return d;
+}
+
+py::dict memory_report(const ModelStateMemory& m) {
+  py::dict d;
+  d["params"] = m.stage.params16;
+  d["grads"] = m.stage.grads16;
+  d["master"] = m.stage.master;
+  d["optimizer_state"] = m.optimizer_state;
+  d["buffers"] = m.stage.buffers;
+  d["persistent"] = m.stage.persistent;
+  d["gathered_peak"] = m.stage.gathered_peak;
+  return d;
+}
+
+}  // namespace
+}  // namespace dscpp::python
+
+PYBIND11_MODULE(_C, m) {
+  using namespace dscpp;
+  using namespace dscpp::python;
+  m.doc() = "deepspeed.cpp's C++ engine; use the dscpp package, not this module";
+
+  // Python exceptions a caller can catch by kind; the message is the C++ one, which names the key or file.
+  static py::exception<ConfigError> config_error(m, "ConfigError", PyExc_ValueError);
+  static py::exception<CheckpointError> checkpoint_error(m, "CheckpointError", PyExc_RuntimeError);
+  static py::exception<CommError> comm_error(m, "CommError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ConfigError& e) {
+      config_error(e.what());
+    } catch (const CheckpointError& e) {
+      checkpoint_error(e.what());
+    } catch (const CommError& e) {
+      comm_error(e.what());
+    }
+  });
+
+  py::class_<Engine>(m, "Engine")
+      .def("begin_forward", &Engine::begin_forward)
+      .def("end_forward", &Engine::end_forward, py::arg("will_backward"))
+      .def("backward", &Engine::backward, py::arg("loss"), py::call_guard<py::gil_scoped_release>())
+      .def("step", &Engine::step, py::call_guard<py::gil_scoped_release>())
+      .def("is_gradient_accumulation_boundary", &Engine::is_gradient_accumulation_boundary)
+      .def_property_readonly("rank", &Engine::rank)
+      .def_property_readonly("world_size", &Engine::world_size)
+      .def_property_readonly("zero_stage", [](const Engine& e) { return e.config().zero.stage; })
+      .def_property_readonly("micro_batch", [](const Engine& e) { return e.config().batch.micro_batch; })
+      .def_property_readonly("grad_accum", [](const Engine& e) { return e.config().batch.grad_accum; })
+      .def_property_readonly("train_batch_size", [](const Engine& e) { return e.config().batch.train_batch_size; })
+      .def_property_readonly("compute_dtype", [](const Engine& e) { return std::string(c10::toString(e.compute_dtype())); })
+      .def_property_readonly("config_json", [](const Engine& e) { return e.config().resolved.dump(); })
+      .def_property_readonly("global_steps", &Engine::global_steps)
+      .def_property_readonly("micro_steps", &Engine::micro_steps)
+      .def_property_readonly("skipped_steps", &Engine::skipped_steps)
+      .def_property_readonly("global_samples", &Engine::global_samples)
+      .def_property_readonly("lr", &Engine::lr)
+      .def_property_readonly("loss_scale", &Engine::loss_scale)
+      .def("last_step", [](const Engine& e) { return step_report(e.last_step()); })
+      .def("memory", [](const Engine& e) { return memory_report(e.memory()); })
+      .def(
+          "save_checkpoint",
+          [](Engine& e, const std::string& dir, const std::string& tag, const std::string& client_state) {
+            return e.save_checkpoint(dir, tag, nlohmann::json::parse(client_state));
+          },
+          py::arg("save_dir"), py::arg("tag"), py::arg("client_state_json"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "load_checkpoint",
+          [](Engine& e, const std::string& dir, const std::string& tag, bool load_optimizer_states) {
+            CheckpointLoadOptions options;
+            options.load_optimizer_states = load_optimizer_states;
+            const auto loaded = e.load_checkpoint(dir, tag, options);
+            return std::make_tuple(loaded.path, loaded.tag, loaded.client_state.dump());
+          },
+          py::arg("load_dir"), py::arg("tag"), py::arg("load_optimizer_states"),
+          py::call_guard<py::gil_scoped_release>())
+      .def("save_16bit_model", &Engine::save_16bit_model, py::arg("path"), py::call_guard<py::gil_scoped_release>());
+
+  m.def(
+      "cpu_adam_step",
+      [](torch::Tensor param, const torch::Tensor& grad, torch::Tensor exp_avg, torch::Tensor exp_avg_sq, double lr,
+         double beta1, double beta2, double eps, double weight_decay, bool decoupled, bool bias_correction,
+         int64_t step) {
+        cpu_adam(param, grad, exp_avg, exp_avg_sq,
+                 AdamStepConfig{lr, beta1, beta2, eps, weight_decay, decoupled, bias_correction, step});
+      },
+      py::arg("param"), py::arg("grad"), py::arg("exp_avg"), py::arg("exp_avg_sq"), py::arg("lr"), py::arg("beta1"),
+      py::arg("beta2"), py::arg("eps"), py::arg("weight_decay"), py::arg("decoupled"), py::arg("bias_correction"),
+      py::arg("step"), py::call_guard<py::gil_scoped_release>());
+  m.def("simd_path", [] { return to_string(best_simd_path()); });
+
+  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"), py::arg("config"),
+        py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
+        "Builds the engine over a model's tensors (see dscpp.initialize).");
+}

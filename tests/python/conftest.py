@@ -1,0 +1,43 @@
+"""Shared fixtures: the test folder on sys.path (models, training) and real multi-process runs over loopback."""
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(world, script_args, timeout=300):
+    """Starts `world` ranks of `python3 SCRIPT ARGS...` with torchrun's environment on a fresh loopback port; waits
+    for all; fails the test with every rank's output if any rank fails (or the job outlives `timeout`: no hang)."""
+    port = free_port()
+    procs = []
+    for rank in range(world):
+        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
+                   WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable] + script_args, env=env, cwd=HERE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+    outputs, failed = [], False
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            out, _ = p.communicate()
+            failed = True
+        outputs.append(out)
+        failed = failed or p.returncode != 0
+    if failed:
+        pytest.fail("a rank failed:\n" + "\n".join(f"--- rank {r} (exit {p.returncode})\n{o}"
+                                                  for r, (p, o) in enumerate(zip(procs, outputs))))
+    return outputs

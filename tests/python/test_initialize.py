@@ -1,0 +1,149 @@
+"""dscpp.initialize and the engine's API as DeepSpeed scripts use them, and a clear Python exception for each kind
+of bad input (never a crash, a hang or a C++ abort)."""
+import argparse
+import json
+
+import pytest
+import torch
+
+import dscpp
+from models import make_model
+from training import ds_config
+
+
+def config(**overrides):
+    c = ds_config(stage=0, grad_accum=1, world=1)
+    c.update(overrides)
+    return c
+
+
+def tokens(n=4):
+    return torch.randint(0, 64, (n, 16), generator=torch.Generator().manual_seed(3))
+
+
+def test_the_seed_scripts_loop_runs_and_reports_what_deepspeed_reports():
+    engine, optimizer, loader, scheduler = dscpp.initialize(model=make_model("gpt"), config=config())
+    assert loader is None and scheduler is None
+    assert engine.train_batch_size() == 4 and engine.train_micro_batch_size_per_gpu() == 4
+    assert engine.gradient_accumulation_steps() == 1 and engine.zero_optimization_stage() == 0
+    assert engine.get_global_grad_norm() is None and not engine.was_step_applied()
+    for _ in range(2):
+        loss = engine(tokens())
+        engine.backward(loss)
+        assert engine.is_gradient_accumulation_boundary()
+        engine.step()
+    assert engine.global_steps == 2 and engine.global_samples == 8
+    assert engine.was_step_applied() and engine.get_global_grad_norm() > 0
+    assert engine.get_lr() == [pytest.approx(1e-3)] and optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert engine.local_rank == 0 and engine.device == torch.device("cpu")
+
+
+def test_config_from_a_file_and_from_args(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(config()))
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=str(path))
+    assert engine.train_batch_size() == 4
+    parser = dscpp.add_config_arguments(argparse.ArgumentParser())
+    args = parser.parse_args(["--deepspeed", "--deepspeed_config", str(path)])
+    engine, *_ = dscpp.initialize(args=args, model=make_model("gpt"))
+    assert engine.train_batch_size() == 4
+    with pytest.raises(ValueError, match="both in args.deepspeed_config"):
+        dscpp.initialize(args=args, model=make_model("gpt"), config=config())
+
+
+def test_a_client_torch_optimizer_is_the_configs_optimizer():
+    model = make_model("gpt")
+    c = config()
+    del c["optimizer"]
+    adamw = torch.optim.AdamW(model.parameters(), lr=5e-4, weight_decay=0.1)
+    engine, optimizer, _, _ = dscpp.initialize(model=model, optimizer=adamw, config=c)
+    assert optimizer is adamw
+    assert engine.config["optimizer"]["type"] == "AdamW"
+    assert engine.get_lr() == [pytest.approx(5e-4)]
+
+
+def test_a_config_scheduler_drives_the_lr():
+    c = config(scheduler={"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                          "warmup_num_steps": 4, "warmup_type": "linear"}})
+    engine, _, _, scheduler = dscpp.initialize(model=make_model("gpt"), config=c)
+    lrs = []
+    for _ in range(3):
+        lrs.append(scheduler.get_lr()[0])
+        engine.backward(engine(tokens()))
+        engine.step()
+    assert lrs[0] < lrs[1] < lrs[2] <= 1e-3
+
+
+def test_training_data_gives_a_distributed_sampler_loader():
+    data = torch.utils.data.TensorDataset(torch.arange(12))
+    engine, _, loader, _ = dscpp.initialize(model=make_model("gpt"), config=config(), training_data=data)
+    assert engine.training_dataloader is loader
+    assert isinstance(loader.sampler, torch.utils.data.DistributedSampler)
+    batches = list(loader)
+    assert len(batches) == 3 and all(b[0].numel() == 4 for b in batches)
+    assert sorted(torch.cat([b[0] for b in batches]).tolist()) == list(range(12))
+
+
+# ---- bad input -------------------------------------------------------------------------------------------------------
+
+def test_a_model_that_is_not_a_module():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got dict"):
+        dscpp.initialize(model={"w": torch.zeros(2)}, config=config())
+
+
+def test_a_config_path_that_does_not_exist(tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(FileNotFoundError, match="nope.json does not exist"):
+        dscpp.initialize(model=make_model("gpt"), config=str(missing))
+
+
+def test_a_config_with_an_unknown_key_names_it_and_the_closest_one():
+    c = config()
+    c["zero_optimization"]["stage3_prefetch_bucket_sise"] = 10
+    with pytest.raises(dscpp.ConfigError, match="stage3_prefetch_bucket_sise") as e:
+        dscpp.initialize(model=make_model("gpt"), config=c)
+    assert "stage3_prefetch_bucket_size" in str(e.value)
+    assert isinstance(e.value, ValueError)
+
+
+def test_a_bad_config_file_is_named(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text('{"train_batch_size": 2, "zero_optimization": {"stage": 7}}')
+    with pytest.raises(dscpp.ConfigError, match="bad.json"):
+        dscpp.initialize(model=make_model("gpt"), config=str(path))
+
+
+def test_an_optimizer_type_the_engine_cannot_take():
+    model = make_model("gpt")
+    c = config()
+    del c["optimizer"]
+    with pytest.raises(TypeError, match="torch.optim.rmsprop.RMSprop cannot be taken"):
+        dscpp.initialize(model=model, optimizer=torch.optim.RMSprop(model.parameters()), config=c)
+
+
+def test_an_optimizer_over_part_of_the_model():
+    model = make_model("gpt")
+    c = config()
+    del c["optimizer"]
+    with pytest.raises(ValueError, match="covers .* trainable parameters"):
+        dscpp.initialize(model=model, optimizer=torch.optim.AdamW(model.blocks.parameters()), config=c)
+
+
+def test_backward_before_forward():
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
+    with pytest.raises(RuntimeError, match="no forward ran"):
+        engine.backward(engine.module(tokens()))
+
+
+def test_step_with_no_backward():
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
+    engine(tokens())
+    with pytest.raises(RuntimeError, match="no backward since the last step"):
+        engine.step()
+
+
+def test_a_loss_that_is_not_a_scalar():
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
+    engine(tokens())
+    with pytest.raises(ValueError, match="loss must be a scalar"):
+        engine.backward(torch.ones(3, requires_grad=True))

@@ -1,0 +1,71 @@
+"""One training run both ways — through dscpp's engine and as a plain PyTorch loop — over the same model, data and
+settings, so tests can compare per-step losses. Micro-batch k of rank r in a step is chunk k·world + r of the
+global batch; the plain loop runs the same chunks one after another (BatchNorm sees the same micro-batches)."""
+import json
+
+import torch
+
+from models import chunk, global_batches, make_model
+
+LR, WD, CLIP, MICRO = 1e-3, 0.1, 1.0, 4
+
+
+def ds_config(stage, grad_accum, world, dtype="fp32"):
+    config = {
+        "train_batch_size": MICRO * grad_accum * world,
+        "train_micro_batch_size_per_gpu": MICRO,
+        "gradient_accumulation_steps": grad_accum,
+        "gradient_clipping": CLIP,
+        "zero_optimization": {"stage": stage, "reduce_bucket_size": 5000, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WD}},
+    }
+    if dtype == "bf16":
+        config["bf16"] = {"enabled": True}
+    return config
+
+
+def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32"):
+    import dscpp
+    model = make_model(kind)
+    engine, _, _, _ = dscpp.initialize(model=model, config=ds_config(stage, grad_accum, world, dtype))
+    losses = []
+    for batch in global_batches(kind, steps, MICRO * grad_accum * world):
+        for k in range(grad_accum):
+            inputs = chunk(batch, k * world + rank, MICRO)
+            if dtype == "bf16" and kind == "resnet":
+                inputs = (inputs[0].bfloat16(),) + inputs[1:]
+            loss = engine(*inputs)
+            engine.backward(loss)
+            engine.step()
+        losses.append(engine.last_step()["loss"])
+    return losses
+
+
+def reference_losses(kind, grad_accum, world, steps):
+    model = make_model(kind)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
+    chunks = grad_accum * world
+    losses = []
+    for batch in global_batches(kind, steps, MICRO * chunks):
+        total = 0.0
+        for c in range(chunks):
+            loss = model(*chunk(batch, c, MICRO))
+            (loss / chunks).backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(total / chunks)
+    return losses
+
+
+if __name__ == "__main__":
+    # A rank of a multi-process run: python3 training.py KIND STAGE GRAD_ACCUM STEPS DTYPE OUT (env: torchrun's).
+    import os
+    import sys
+    kind, stage, gas, steps, dtype, out = sys.argv[1:7]
+    world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    losses = engine_losses(kind, int(stage), int(gas), world, rank, int(steps), dtype)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(losses, f)

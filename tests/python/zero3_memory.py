@@ -1,0 +1,40 @@
+"""A rank of test_memory: trains the test GPT under ZeRO-3 and reports, between forwards, what its parameters hold —
+measured on the tensors themselves (their storages' bytes) and as the engine accounts it."""
+import json
+import sys
+
+import torch
+
+import dscpp
+from models import make_model
+from training import ds_config
+
+
+def storage_bytes(module):
+    seen, total = set(), 0
+    for p in module.parameters():
+        storage = p.data.storage()
+        if storage.data_ptr() not in seen or storage.nbytes() == 0:
+            seen.add(storage.data_ptr())
+            total += storage.nbytes()
+    return total
+
+
+def main():
+    out = sys.argv[1]
+    model = make_model("gpt")
+    whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    config = ds_config(stage=3, grad_accum=1, world=2)
+    engine, *_ = dscpp.initialize(model=model, config=config)
+    rank = engine._engine.rank
+    for step in range(2):
+        tokens = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(10 * step + rank))
+        engine.backward(engine(tokens))
+        engine.step()
+    report = {"whole": whole, "held": storage_bytes(model), "engine_params": engine.memory()["params"]}
+    with open(f"{out}.{rank}", "w") as f:
+        json.dump(report, f)
+
+
+if __name__ == "__main__":
+    main()

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 
@@ -63,6 +64,22 @@ void check_flags(const LaunchOptions& options, const World& world, LauncherKind 
   }
 }
 
+bool is_python_script(const LaunchOptions& options) {
+  const auto& program = options.program.front();
+  return program.size() > 3 && program.compare(program.size() - 3, 3, ".py") == 0;
+}
+
+// What a rank runs (see LaunchOptions::no_python); `local_rank` empty where it is not known here (srun, mpirun).
+std::vector<std::string> rank_argv(const LaunchOptions& options, std::optional<int> local_rank) {
+  if (!is_python_script(options)) return options.program;
+  std::vector<std::string> argv;
+  if (!options.no_python) argv = {options.python, "-u"};  // -u: each rank's lines appear as they are printed
+  argv.push_back(options.program.front());
+  if (local_rank && !options.no_local_rank) argv.push_back("--local_rank=" + std::to_string(*local_rank));
+  argv.insert(argv.end(), options.program.begin() + 1, options.program.end());
+  return argv;
+}
+
 std::vector<ChildSpec> local_ranks(const LaunchOptions& options, const World& world, int node, const EnvMap& env,
                                    const std::vector<int>& cpus) {
   const int local_size = static_cast<int>(world.nodes[node].slots.size());
@@ -72,7 +89,7 @@ std::vector<ChildSpec> local_ranks(const LaunchOptions& options, const World& wo
     ChildSpec child;
     const int rank = world.first_rank(node) + local;
     child.name = "rank " + std::to_string(rank);
-    child.argv = options.program;
+    child.argv = rank_argv(options, local);
     child.env = env;
     for (const auto& [key, value] : rank_env(world, node, local)) child.env[key] = value;
     if (!shares.empty()) {
@@ -101,6 +118,8 @@ std::vector<ChildSpec> ssh_nodes(const LaunchOptions& options, const World& worl
       remote.insert(remote.end(), {"--enable_each_rank_log", options.each_rank_log_dir});
     }
     if (options.bind_cores_to_rank) remote.push_back("--bind_cores_to_rank");
+    if (options.no_python) remote.push_back("--no_python");
+    if (options.no_local_rank) remote.push_back("--no_local_rank");
     remote.insert(remote.end(), options.program.begin(), options.program.end());
     ChildSpec child;
     child.name = "node " + std::to_string(node) + " (" + world.nodes[node].host + ")";
@@ -182,12 +201,12 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
     case LauncherKind::kSlurm:
       plan.children.push_back(external_child("srun", srun_command(plan.world, !options.world.hostfile.empty(),
                                                                   remote_exports(env, options.cwd), extra,
-                                                                  options.program), env));
+                                                                  rank_argv(options, std::nullopt)), env));
       break;
     case LauncherKind::kOpenMpi:
       plan.children.push_back(external_child("mpirun", mpirun_command(plan.world, options.world.hostfile,
                                                                       remote_exports(env, options.cwd), extra,
-                                                                      options.program), env));
+                                                                      rank_argv(options, std::nullopt)), env));
       break;
   }
   return plan;
@@ -196,7 +215,15 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
 int run_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus, std::ostream& err) {
   const LaunchPlan plan = plan_launch(options, env, cpus);
   if (plan.kind == LauncherKind::kLocal) {
-    check_program(options.program.front(), env);
+    // A script run by the interpreter needs only to exist; the interpreter (or any other program) must run.
+    if (is_python_script(options) && !options.no_python) {
+      if (::access(options.program.front().c_str(), R_OK) != 0) {
+        throw std::invalid_argument("script '" + options.program.front() + "' cannot be read");
+      }
+      check_program(options.python, env);
+    } else {
+      check_program(options.program.front(), env);
+    }
     if (!options.each_rank_log_dir.empty()) std::filesystem::create_directories(options.each_rank_log_dir);
   } else {
     for (const auto& child : plan.children) {

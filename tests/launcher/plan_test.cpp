@@ -4,6 +4,7 @@
 #include "expect_error.h"
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -50,6 +51,53 @@ TEST(LaunchPlan, LocalRanksGetTheLauncherEnvPlusTheirOwn) {
     EXPECT_TRUE(child.cpus.empty());
     EXPECT_FALSE(child.stdin_pipe);
   }
+}
+
+TEST(LaunchPlan, APythonScriptRunsUnderTheInterpreterWithItsLocalRank) {
+  LaunchOptions options = base();
+  options.program = {"train.py", "--deepspeed_config", "ds.json"};
+  options.world.num_gpus = 2;
+  LaunchPlan plan = plan_launch(options, {{"PATH", "/bin"}}, {0, 1});
+  ASSERT_EQ(plan.children.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(plan.children[rank].argv,
+              (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--local_rank=" + std::to_string(rank),
+                                        "--deepspeed_config", "ds.json"}));
+  }
+  options.no_local_rank = true;
+  plan = plan_launch(options, {{"PATH", "/bin"}}, {0, 1});
+  EXPECT_EQ(plan.children[1].argv,
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--deepspeed_config", "ds.json"}));
+  options.no_local_rank = false;
+  options.no_python = true;
+  plan = plan_launch(options, {{"PATH", "/bin"}}, {0, 1});
+  EXPECT_EQ(plan.children[1].argv,
+            (std::vector<std::string>{"train.py", "--local_rank=1", "--deepspeed_config", "ds.json"}));
+  // A native program (or the interpreter named explicitly) runs untouched: it reads LOCAL_RANK from the environment.
+  options = base();
+  options.program = {"/usr/bin/python3", "train.py"};
+  plan = plan_launch(options, {{"PATH", "/bin"}}, {0});
+  EXPECT_EQ(plan.children[0].argv, options.program);
+}
+
+TEST(LaunchPlan, SrunAndSshPassThePythonFlagsOn) {
+  LaunchOptions options = base();
+  options.program = {"train.py"};
+  options.launcher = "slurm";
+  options.no_python = true;
+  options.world.hostfile = write_hostfile("slurm_py", "a slots=1\nb slots=1\n");
+  LaunchPlan plan = plan_launch(options, {}, {0});
+  ASSERT_EQ(plan.children.size(), 1u);
+  EXPECT_EQ(plan.children[0].argv.back(), "train.py");  // no --local_rank: srun's ranks find it in LOCAL_RANK
+  options.launcher = "ssh";
+  options.no_python = false;
+  options.no_local_rank = true;
+  plan = plan_launch(options, {}, {0});
+  // The remote node's own launcher gets the flag (inside ssh's one remote command line).
+  const auto& remote = plan.children[0].argv;
+  EXPECT_TRUE(std::any_of(remote.begin(), remote.end(), [](const std::string& word) {
+    return word.find("--no_local_rank") != std::string::npos;
+  }));
 }
 
 TEST(LaunchPlan, BindCoresGivesEvenShares) {

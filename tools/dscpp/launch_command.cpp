@@ -53,9 +53,11 @@ CLI::App* add_launch_command(CLI::App& app, launcher::LaunchOptions& o) {
   cmd->add_option("--node_rank", o.node_rank, "With --no_ssh: this node's index in the hostfile");
   cmd->add_option("--enable_each_rank_log", o.each_rank_log_dir, "Write each rank's stdout+stderr to DIR/rank_R.log");
   cmd->add_flag("--bind_cores_to_rank", o.bind_cores_to_rank, "Pin each local rank to its share of the cores");
-  // Accepted so `deepspeed` command lines work unchanged; a native PROGRAM needs none of them (it is never run
-  // through python and reads LOCAL_RANK from the environment, never from a --local_rank argument).
-  cmd->add_flag("--no_python,--no_local_rank,--no_ssh_check", "Accepted for DeepSpeed compatibility; no effect");
+  // DeepSpeed's: a PROGRAM ending in .py runs as `python -u SCRIPT --local_rank=N ARGS`; these change that.
+  cmd->add_flag("--no_python", o.no_python, "Run a .py PROGRAM itself, not under the Python interpreter");
+  cmd->add_flag("--no_local_rank", o.no_local_rank, "Do not pass --local_rank=N to a .py PROGRAM");
+  cmd->add_option("--python", o.python, "The interpreter a .py PROGRAM runs under")->capture_default_str();
+  cmd->add_flag("--no_ssh_check", "Accepted for DeepSpeed compatibility; no effect");
   // Internal: how the ssh launcher hands the resolved world to each node's launcher.
   cmd->add_option("--world_info", o.world.world_info)->group("");
   cmd->add_flag("--watch_stdin", o.watch_stdin)->group("");

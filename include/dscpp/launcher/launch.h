@@ -26,7 +26,14 @@ struct LaunchOptions {
   bool bind_cores_to_rank = false;    // pin local rank i to the i-th even share of the cores; OMP_NUM_THREADS = share
   bool watch_stdin = false;           // internal (set by the ssh launcher): stdin EOF stops this node's ranks
   double grace_seconds = 5.0;         // SIGTERM → SIGKILL grace when tearing down
-  std::vector<std::string> program;   // PROGRAM ARGS..., passed untouched
+  std::vector<std::string> program;   // PROGRAM ARGS...; a PROGRAM ending in .py is run as DeepSpeed runs it (below)
+  // A Python script (PROGRAM ending in .py) runs as `python -u SCRIPT --local_rank=N ARGS...`, as DeepSpeed's
+  // launcher runs it: no_python runs the script itself instead, no_local_rank leaves --local_rank out. Ranks started
+  // by srun / mpirun get no --local_rank (their local rank is only known there; LOCAL_RANK is in the environment).
+  // Other programs (gpt-train, python3 itself) run untouched: they read LOCAL_RANK from the environment.
+  bool no_python = false;
+  bool no_local_rank = false;
+  std::string python = "/usr/bin/python3";  // Debian's: its python3-torch runs on the libtorch the engine links
   std::string self_exe;               // this dscpp binary: what ssh runs on the other nodes
   std::string cwd;                    // the directory ranks start in (remote nodes `cd` to it)
 };

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -40,7 +41,8 @@ def parse_args():
     p.add_argument("--save_interval", type=int, default=0)
     p.add_argument("--load_dir", help="resume from the checkpoint `latest` names here")
     p.add_argument("--metrics", help="rank 0 writes one JSON line per optimizer step here (step, loss: the mean over "
-                                     "the global batch, lr), as gpt-train's --metrics")
+                                     "the global batch, lr, step_ms), as gpt-train's --metrics")
+    p.add_argument("--no_progress", action="store_true", help="accepted for gpt-train's command lines")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the launcher (DeepSpeed's convention)")
     return deepspeed.add_config_arguments(p).parse_args()
 
@@ -68,6 +70,7 @@ def main():
     loss = None
     while engine.global_steps < args.steps:
         step = engine.global_steps
+        start = time.perf_counter()
         for k in range(engine.gradient_accumulation_steps()):
             inputs, targets = rows(tokens, seq_len, step, batch, rank * rank_rows + k * micro, micro)
             loss = engine(inputs, targets)  # forward
@@ -75,7 +78,9 @@ def main():
             engine.step()                   # optimizer step on the accumulation boundary
         if metrics:
             report = engine.last_step()
-            metrics.write(json.dumps({"step": report["step"], "loss": report["loss"], "lr": report["lr"]}) + "\n")
+            line = {"step": report["step"], "loss": report["loss"], "lr": report["lr"],
+                    "step_ms": (time.perf_counter() - start) * 1000.0}
+            metrics.write(json.dumps(line, separators=(",", ":")) + "\n")  # bench/common.sh's `median` reads it
             metrics.flush()
         if args.save_dir and args.save_interval and engine.global_steps % args.save_interval == 0:
             engine.save_checkpoint(args.save_dir)

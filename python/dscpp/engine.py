@@ -15,6 +15,7 @@ import warnings
 import torch
 
 from .optimizer_view import OptimizerView
+from .zero import gathered
 
 
 def _requires_grad(outputs):
@@ -40,6 +41,9 @@ class DeepSpeedEngine:
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
         self._config = json.loads(engine.config_json)
+        self._param_names = {id(p): name for name, p in module.named_parameters()}
+        self._params_by_id = {id(p): p for p in module.parameters()}
+        gathered.register(self, module.named_parameters())
         # The order a step's calls must come in: backward needs a forward, step needs a backward.
         self._forwarded = False
         self._backwarded = False

@@ -12,6 +12,7 @@ from .comm import engine_comm_arguments, init_distributed
 from .config import load_json, resolve_config
 from .engine import DeepSpeedEngine
 from .optimizer_view import SchedulerView
+from .zero import hooks as zero_hooks
 
 
 def _flatten_parameters(model_parameters):
@@ -84,10 +85,15 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     elif model_parameters is not None:
         _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
 
+    # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
+    units = zero_hooks.gather_units(model)
     engine = _C.create_engine(
-        params=list(model.named_parameters()), buffers=list(model.named_buffers()), units=[],
+        params=list(model.named_parameters()), buffers=list(model.named_buffers()),
+        units=[(name, params) for name, _, params in units],
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None, **engine_comm_arguments())
+    if engine.zero_stage == 3:
+        zero_hooks.install(model, engine, units)
     resolved = json.loads(engine.config_json)
     loader = None
     if training_data is not None:

@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -126,6 +127,18 @@ PYBIND11_MODULE(_C, m) {
       .def("end_forward", &Engine::end_forward, py::arg("will_backward"))
       .def("backward", &Engine::backward, py::arg("loss"), py::call_guard<py::gil_scoped_release>())
       .def("step", &Engine::step, py::call_guard<py::gil_scoped_release>())
+      .def("enter_unit", &Engine::enter_unit, py::arg("unit"), py::call_guard<py::gil_scoped_release>())
+      .def("leave_unit", &Engine::leave_unit, py::arg("unit"), py::arg("outputs"),
+           py::call_guard<py::gil_scoped_release>())
+      .def("fetch_param", &Engine::fetch_param, py::arg("param"), py::call_guard<py::gil_scoped_release>())
+      .def("whole_parameter", &Engine::whole_parameter, py::arg("param"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "set_parameters",
+          [](Engine& e, const std::map<std::string, torch::Tensor>& values) {
+            e.load_weights([&](const std::string& name, const std::vector<int64_t>&) { return values.at(name); },
+                           [&](const std::string& name) { return values.count(name) > 0; });
+          },
+          py::arg("values"), py::call_guard<py::gil_scoped_release>())
       .def("is_gradient_accumulation_boundary", &Engine::is_gradient_accumulation_boundary)
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("world_size", &Engine::world_size)
@@ -133,7 +146,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("micro_batch", [](const Engine& e) { return e.config().batch.micro_batch; })
       .def_property_readonly("grad_accum", [](const Engine& e) { return e.config().batch.grad_accum; })
       .def_property_readonly("train_batch_size", [](const Engine& e) { return e.config().batch.train_batch_size; })
-      .def_property_readonly("compute_dtype", [](const Engine& e) { return std::string(c10::toString(e.compute_dtype())); })
+      .def_property_readonly("compute_dtype",
+                             [](const Engine& e) { return std::string(c10::toString(e.compute_dtype())); })
       .def_property_readonly("config_json", [](const Engine& e) { return e.config().resolved.dump(); })
       .def_property_readonly("global_steps", &Engine::global_steps)
       .def_property_readonly("micro_steps", &Engine::micro_steps)

@@ -285,13 +285,14 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   if (options.load_optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
   restore_progress(m, rng_state, cuda_rng_state);
   loaded.client_state = m.client_state;
-  s_.log("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(s_.progress.global_steps) + ", written by " +
-       std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
+  s_.log("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(s_.progress.global_steps) +
+         ", written by " + std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
   return loaded;
 }
 
 // Counters (and so the schedule's position), the loss scaler and this rank's generators.
-void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state) {
+void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_state,
+                                    const torch::Tensor& cuda_rng_state) {
   s_.progress.global_steps = m.global_steps;
   s_.progress.micro_steps = m.micro_steps;
   s_.progress.skipped_steps = m.skipped_steps;
@@ -300,8 +301,8 @@ void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_
     s_.scaler.load_state({m.loss_scaler.scale, m.loss_scaler.iteration, m.loss_scaler.last_overflow_iteration,
                          m.loss_scaler.hysteresis});
   } else {
-    s_.log("[deepspeed.cpp] the checkpoint's loss scaler is " + m.loss_scaler.type + ", this run's " + s_.scaler.name() +
-         ": the scaler starts fresh");
+    s_.log("[deepspeed.cpp] the checkpoint's loss scaler is " + m.loss_scaler.type + ", this run's " +
+           s_.scaler.name() + ": the scaler starts fresh");
   }
   if (rng_state.defined()) {
     RngState(rng_state, cuda_rng_state.defined() ? std::optional<torch::Device>(s_.device) : std::nullopt,
@@ -321,7 +322,8 @@ void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
                                     const std::string& source) const {
   check_same_model(m, s_.params, source);
-  if (options.load_optimizer_states && (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
+  if (options.load_optimizer_states &&
+      (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
     std::string kinds;
     for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;
     throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded into " +
@@ -330,13 +332,14 @@ void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptio
   }
 }
 
-void Checkpointer::load_weights(const WeightSource& source) {
+void Checkpointer::load_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted) {
   check_at_boundary("load_weights");
   std::vector<StateStore::Update> writes;
   all_or_none(s_.comm, "load_weights", [&] {
     const auto& layout = s_.stage.layout();
     for (const auto& want : master_fragments()) {
       const auto& slot = layout.slots()[want.slot];
+      if (wanted && !wanted(slot.name)) continue;
       const auto value = source(slot.name, slot.shape);
       if (!value.defined() || value.sizes().vec() != slot.shape) {
         throw std::invalid_argument("load_weights: the value given for '" + slot.name + "' is " +

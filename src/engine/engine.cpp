@@ -238,8 +238,8 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
     }
   }
 
-  checkpointer_ = std::make_unique<Checkpointer>(CheckpointedState{config_, *comm_, *stage_, *optimizer_, offload_.get(),
-                                                                  *scaler_, progress_, params_, dtype_, device_, log_});
+  checkpointer_ = std::make_unique<Checkpointer>(CheckpointedState{
+      config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_, params_, dtype_, device_, log_});
 
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
@@ -297,7 +297,9 @@ void Engine::begin_forward() {
   stage_->before_forward();
   checkpointing_->begin_forward();
   const auto& flops = config_.flops_profiler;
-  if (flops.enabled && progress_.global_steps + 1 == flops.profile_step) flops_counter_ = std::make_unique<FlopsCounter>();
+  if (flops.enabled && progress_.global_steps + 1 == flops.profile_step) {
+    flops_counter_ = std::make_unique<FlopsCounter>();
+  }
 }
 
 void Engine::end_forward(bool will_backward) {

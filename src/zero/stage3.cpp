@@ -5,8 +5,10 @@
 //
 // One micro-step, as the stage sees it:
 //   before_forward      demand the root group (gather it, prefetch what the record says comes next)
-//   run_unit(b)         demand b's group; run b; hook b's output gradient to demand it again before b's backward;
-//                       release b unless it is needed again soon (stage3_max_reuse_distance)
+//   enter_unit(b)       demand b's group (run_unit(b) = enter, b's forward, leave)
+//   leave_unit(b)       hook b's output gradients to demand it again before b's backward; release b unless it is
+//                       needed again soon (stage3_max_reuse_distance) or a parameter of it was fetched from outside
+//   fetch_param(p)      p read outside its unit: gather its group if it is not, keep it until its gradients are in
 //   backward            each parameter's gradient goes into its group's bucket; a group whose gradients are all in
 //                       is released and, in descending group order, reduce-scattered into this rank's shard
 //   after_backward      reduce what is left, wait, release every non-persistent group
@@ -84,9 +86,12 @@ class Stage3 final : public ZeroStage {
     in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
     const size_t n_groups = groups_.size();
     used_.assign(n_groups, false);
+    pinned_.assign(n_groups, false);
+    running_.assign(n_groups, 0);
     remaining_.assign(n_groups, 0);
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i].mutable_grad() = torch::Tensor();
+      param_slot_.emplace(params_[i].unsafeGetTensorImpl(), static_cast<int>(i));
       hooks_.push_back(std::make_unique<compat::PostAccumulateGradHook>(params_[i], [this, i] { on_grad_ready(i); }));
     }
   }
@@ -107,26 +112,51 @@ class Stage3 final : public ZeroStage {
     }
   }
 
-  torch::Tensor run_unit(int unit, const std::function<torch::Tensor()>& forward) override {
+  void enter_unit(int unit) override {
     if (unit < 0 || unit >= static_cast<int>(units_.size())) {
       throw std::invalid_argument("ZeRO-3 run_unit: this module is not one of the gather units passed to "
                                   "dscpp::initialize (InitOptions::gather_units)");
     }
     if (!in_micro_step_) {
       throw std::logic_error("ZeRO-3 run_unit(" + units_[unit].name +
-                             ") outside Engine::forward: run the model inside engine->forward([&] { ... }) so the "
-                             "parameters outside the units are gathered too");
+                             ") outside the engine's forward: run the model inside engine->forward([&] { ... }) "
+                             "(C++) or as engine(inputs) (Python) so the parameters outside the units are gathered "
+                             "too");
     }
     const int group = unit_group_[unit];
-    if (group < 0) return forward();  // every parameter of this unit is persistent
+    if (group < 0) return;  // every parameter of this unit is persistent
     demand(group);
-    auto out = forward();
-    if (out.requires_grad()) {
+    ++running_[group];
+  }
+
+  void leave_unit(int unit, const std::vector<torch::Tensor>& outputs) override {
+    const int group = unit >= 0 && unit < static_cast<int>(units_.size()) ? unit_group_[unit] : -1;
+    if (group < 0) return;
+    if (running_[group] > 0) --running_[group];
+    for (const auto& out : outputs) {
+      if (!out.defined() || !out.requires_grad()) continue;
       // Fires when the gradient of the unit's output is complete, i.e. right before the unit's own backward.
       out.register_hook([this, group](const torch::Tensor&) { demand(group); });
     }
-    release_unless_reused(group);
-    return out;
+    if (!pinned_[group]) release_unless_reused(group);
+  }
+
+  // Every rank reads the same parameters at the same points, and whether a group is sharded follows from the demands
+  // and the record alone, so the gather issued here pairs up across ranks; a gather already in flight (prefetched)
+  // is only waited for, which each rank does by itself.
+  void fetch_param(const torch::Tensor& param) override {
+    if (!in_micro_step_) return;
+    auto it = param_slot_.find(param.unsafeGetTensorImpl());
+    if (it == param_slot_.end()) return;
+    const int g = layout_->slots()[it->second].group;
+    if (persistent(g) || running_[g] > 0) return;  // its own unit is running: gathered, released when it leaves
+    if (groups_[g].state() == GatheredGroup::State::kSharded) {
+      demand(g);
+    } else {
+      groups_[g].wait_gathered(*ctx_.comm);
+      used_[g] = true;
+    }
+    pinned_[g] = true;
   }
 
   void before_backward() override {
@@ -190,6 +220,16 @@ class Stage3 final : public ZeroStage {
       const int group = layout_->slots()[i].group;
       fn(names_[i], persistent(group) ? params_[i] : assemble(static_cast<int>(i)));
     }
+  }
+
+  torch::Tensor whole_param(const torch::Tensor& param) override {
+    if (in_micro_step_) {
+      throw std::logic_error("ZeRO-3: a parameter was gathered whole between a forward and its backward");
+    }
+    auto it = param_slot_.find(param.unsafeGetTensorImpl());
+    if (it == param_slot_.end()) return param;  // not partitioned (frozen)
+    const int i = it->second;
+    return persistent(layout_->slots()[i].group) ? params_[i] : assemble(i);
   }
 
   StageMemory memory() const override {
@@ -395,6 +435,8 @@ class Stage3 final : public ZeroStage {
     const auto& groups = layout_->groups();
     for (size_t g = 0; g < groups.size(); ++g) {
       used_[g] = persistent(static_cast<int>(g));
+      pinned_[g] = false;
+      running_[g] = 0;
       remaining_[g] = groups[g].param_end - groups[g].param_begin;
     }
     next_launch_ = static_cast<int>(groups.size()) - 1;
@@ -518,6 +560,9 @@ class Stage3 final : public ZeroStage {
   std::vector<GatheredGroup> groups_;
   std::vector<int64_t> group_numel_;
   std::vector<int> unit_group_;  // per unit: its group, -1 when all its parameters persist (or it has none)
+  std::unordered_map<const c10::TensorImpl*, int> param_slot_;  // each partitioned parameter's slot in the layout
+  std::vector<bool> pinned_;  // per group: fetched outside its unit this micro-step, kept until its gradients are in
+  std::vector<int> running_;  // per group: its unit's forwards entered and not yet left (a unit may call itself)
   int persistent_group_ = -1;
   int root_group_ = -1;
   std::unique_ptr<ShardedMaster> master_;

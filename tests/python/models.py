@@ -65,9 +65,27 @@ class ResNetLoss(nn.Module):
         return F.cross_entropy(self.net(images).float(), labels)
 
 
+class Quirky(nn.Module):
+    """What ZeRO-3's hooks must survive: a module called twice in one forward, a branch some steps skip, and a
+    parameter the model's own forward reads outside its module (out.weight, through F.linear)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(8, 16)
+        self.shared = nn.Linear(16, 16)
+        self.branch = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 1)
+
+    def forward(self, x, y, use_branch):
+        h = torch.tanh(self.shared(torch.tanh(self.shared(torch.tanh(self.inp(x))))))
+        if bool(use_branch[0]):
+            h = h + torch.tanh(self.branch(h))
+        return F.mse_loss(F.linear(h, self.out.weight, self.out.bias), y)
+
+
 def make_model(kind, seed=0):
     torch.manual_seed(seed)
-    return {"gpt": TinyGpt, "resnet": ResNetLoss}[kind]()
+    return {"gpt": TinyGpt, "resnet": ResNetLoss, "quirky": Quirky}[kind]()
 
 
 def global_batches(kind, steps, global_batch, seed=1):
@@ -75,6 +93,9 @@ def global_batches(kind, steps, global_batch, seed=1):
     g = torch.Generator().manual_seed(seed)
     if kind == "gpt":
         return [(torch.randint(0, 64, (global_batch, 16), generator=g),) for _ in range(steps)]
+    if kind == "quirky":  # the branch runs on even steps only
+        return [(torch.randn(global_batch, 8, generator=g), torch.randn(global_batch, 1, generator=g),
+                 torch.full((global_batch,), step % 2 == 0)) for step in range(steps)]
     return [(torch.randn(global_batch, 3, 64, 64, generator=g), torch.randint(0, 10, (global_batch,), generator=g))
             for _ in range(steps)]
 

@@ -147,3 +147,14 @@ def test_a_loss_that_is_not_a_scalar():
     engine(tokens())
     with pytest.raises(ValueError, match="loss must be a scalar"):
         engine.backward(torch.ones(3, requires_grad=True))
+
+
+def test_zero3_module_called_outside_the_engine():
+    c = config()
+    c["zero_optimization"]["stage"] = 3
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=c)
+    with pytest.raises(RuntimeError, match="outside the engine's forward"):
+        engine.module(tokens())
+    engine.backward(engine(tokens()))  # the engine is still usable
+    engine.step()
+    assert engine.global_steps == 1

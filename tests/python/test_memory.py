@@ -1,5 +1,6 @@
 """ZeRO-3 from Python: between forwards the module's parameters hold no memory at all (measured on their storages),
-and each of two ranks keeps half of the model's parameter bytes (plus padding) as its shard."""
+and each of two ranks keeps half of the model's parameter bytes (plus padding) as its shard; during a step the
+submodule units are gathered a few at a time, within stage3_max_live_parameters, never the whole model."""
 import json
 
 from conftest import run_ranks
@@ -13,3 +14,6 @@ def test_zero3_ranks_hold_half_the_parameters_between_forwards(tmp_path):
         assert report["held"] == 0, report  # the module's own tensors, between forwards
         whole, shard = report["whole"], report["engine_params"]
         assert whole / 2 <= shard <= whole / 2 + 64, report  # padded to a multiple of the world size per group
+        # fp32: 4 bytes an element; max_live 6000 elements plus the unit demanded beyond it.
+        assert report["gathered_peak"] <= 6000 * 4 + report["largest_unit"], report
+        assert report["gathered_peak"] < whole / 2, report

@@ -1,5 +1,7 @@
 """Training through dscpp gives a plain PyTorch loop's losses: every ZeRO stage, one and two ranks, with and without
-gradient accumulation (fp32 within 1e-5), and bf16 near fp32 (1e-2)."""
+gradient accumulation (fp32 within 1e-5), and bf16 near fp32 (1e-2). Under ZeRO-3 every module that owns parameters
+is a unit gathered around its forward (tied, unused and shared parameters, a module called twice, a skipped branch);
+ZeRO-3 with coarser units (set_z3_leaf_modules) trains the same."""
 import json
 
 import pytest
@@ -10,7 +12,7 @@ from training import engine_losses, reference_losses
 STEPS = 3
 
 
-@pytest.mark.parametrize("kind", ["gpt", "resnet"])
+@pytest.mark.parametrize("kind", ["gpt", "resnet", "quirky"])
 @pytest.mark.parametrize("grad_accum", [1, 2])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_one_rank_matches_plain_pytorch(kind, stage, grad_accum):
@@ -19,7 +21,7 @@ def test_one_rank_matches_plain_pytorch(kind, stage, grad_accum):
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
 
 
-@pytest.mark.parametrize("kind", ["gpt", "resnet"])
+@pytest.mark.parametrize("kind", ["gpt", "resnet", "quirky"])
 @pytest.mark.parametrize("grad_accum", [1, 2])
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
 def test_two_ranks_match_plain_pytorch(kind, stage, grad_accum, tmp_path):
@@ -35,3 +37,13 @@ def test_bf16_stays_near_fp32(stage):
     expected = reference_losses("gpt", 1, 1, STEPS)
     got = engine_losses("gpt", stage, 1, 1, 0, STEPS, dtype="bf16")
     assert got == pytest.approx(expected, abs=1e-2), (got, expected)
+
+
+@pytest.mark.parametrize("kind", ["gpt", "quirky"])
+def test_zero3_leaf_modules_train_the_same(kind):
+    import dscpp
+    import models
+    expected = reference_losses(kind, 1, 1, STEPS)
+    leaf = {"gpt": models.Block, "quirky": models.Quirky}[kind]
+    got = engine_losses(kind, 3, 1, 1, 0, STEPS, prepare=lambda m: dscpp.utils.set_z3_leaf_modules(m, [leaf]))
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)

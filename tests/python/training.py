@@ -24,9 +24,11 @@ def ds_config(stage, grad_accum, world, dtype="fp32"):
     return config
 
 
-def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32"):
+def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None):
     import dscpp
     model = make_model(kind)
+    if prepare is not None:
+        prepare(model)
     engine, _, _, _ = dscpp.initialize(model=model, config=ds_config(stage, grad_accum, world, dtype))
     losses = []
     for batch in global_batches(kind, steps, MICRO * grad_accum * world):

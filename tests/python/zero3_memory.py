@@ -1,5 +1,6 @@
 """A rank of test_memory: trains the test GPT under ZeRO-3 and reports, between forwards, what its parameters hold —
-measured on the tensors themselves (their storages' bytes) and as the engine accounts it."""
+measured on the tensors themselves (their storages' bytes) and as the engine accounts it — and the most it held
+gathered during the steps."""
 import json
 import sys
 
@@ -25,13 +26,18 @@ def main():
     model = make_model("gpt")
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     config = ds_config(stage=3, grad_accum=1, world=2)
+    # Gathered at once: at most this many elements beyond the unit being demanded.
+    config["zero_optimization"].update(stage3_max_live_parameters=6000, stage3_prefetch_bucket_size=3000)
     engine, *_ = dscpp.initialize(model=model, config=config)
     rank = engine._engine.rank
     for step in range(2):
         tokens = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(10 * step + rank))
         engine.backward(engine(tokens))
         engine.step()
-    report = {"whole": whole, "held": storage_bytes(model), "engine_params": engine.memory()["params"]}
+    largest_unit = max(sum(p.numel() * p.element_size() for p in m._parameters.values() if p is not None)
+                       for m in model.modules())
+    report = {"whole": whole, "held": storage_bytes(model), "engine_params": engine.memory()["params"],
+              "gathered_peak": engine.memory()["gathered_peak"], "largest_unit": largest_unit}
     with open(f"{out}.{rank}", "w") as f:
         json.dump(report, f)
 

@@ -60,7 +60,8 @@ class Checkpointer {
   std::string save(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state);
   LoadedCheckpoint load(const std::string& load_dir, const std::string& tag, const CheckpointLoadOptions& options);
   using WeightSource = std::function<torch::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
-  void load_weights(const WeightSource& source);
+  // `wanted(name)` false: that parameter keeps its value (null: every parameter is set).
+  void load_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted = nullptr);
 
  private:
   // One tensor of a shard file: `kind` (kMasterKind, an optimizer state, kParam16Kind, kRngTensor) of a fragment.

@@ -96,6 +96,12 @@ class Engine {
   torch::Tensor run_unit(const torch::nn::Module& unit, const std::function<torch::Tensor()>& unit_forward);
   // The same for unit `unit` of ModelTensors::units (its index).
   torch::Tensor run_unit(int unit, const std::function<torch::Tensor()>& unit_forward);
+  // run_unit in parts, for a front end whose units run their forwards themselves (Python's module hooks): enter
+  // before the unit's forward, leave after it with its tensor outputs (see ZeroStage). fetch_param: a parameter read
+  // outside its unit's forward (ZeroStage::fetch_param). All three do nothing outside ZeRO-3.
+  void enter_unit(int unit) { stage_->enter_unit(unit); }
+  void leave_unit(int unit, const std::vector<torch::Tensor>& outputs) { stage_->leave_unit(unit, outputs); }
+  void fetch_param(const torch::Tensor& param) { stage_->fetch_param(param); }
 
   // Inside forward: block(input) with activation checkpointing (DeepSpeed's deepspeed.checkpointing.checkpoint):
   // only `input` is kept, in the form the config's activation_checkpointing section asks for, and the block runs
@@ -186,8 +192,16 @@ class Engine {
   // optimizer state and counters do not. Each rank asks only for the parameters its partition holds and keeps one
   // at a time, so under ZeRO-3 no rank holds the model. Collective; throws on every rank when any rank's source
   // throws, leaving the weights as they were.
+  // With `wanted`, only the parameters it names (by name) are set; the others keep their values.
   using WeightSource = Checkpointer::WeightSource;
-  void load_weights(const WeightSource& source) { checkpointer_->load_weights(source); }
+  void load_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted = nullptr) {
+    checkpointer_->load_weights(source, wanted);
+  }
+
+  // `param`'s whole current value in the compute dtype (DeepSpeed's GatheredParameters). Under ZeRO-3 it is
+  // assembled from the ranks' shards, so it is collective there (every rank, same parameters, same order) and not
+  // allowed between a forward and its backward; elsewhere it is the parameter itself.
+  torch::Tensor whole_parameter(const torch::Tensor& param) { return stage_->whole_param(param); }
 
   // Samples consumed so far (global batch × optimizer boundaries): where the data stands.
   int64_t global_samples() const { return progress_.global_samples; }

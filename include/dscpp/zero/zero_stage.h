@@ -57,7 +57,23 @@ class ZeroStage {
   // `will_backward`: the forward's outputs need gradients (false for an evaluation forward, after which no
   // backward comes to release what it gathered).
   virtual void after_forward(bool /*will_backward*/) {}
-  virtual torch::Tensor run_unit(int /*unit*/, const std::function<torch::Tensor()>& forward) { return forward(); }
+  torch::Tensor run_unit(int unit, const std::function<torch::Tensor()>& forward) {
+    enter_unit(unit);
+    auto out = forward();
+    leave_unit(unit, {out});
+    return out;
+  }
+  // run_unit in parts, for a front end that runs each unit's forward itself (Python's module hooks): enter_unit
+  // before it, leave_unit after it with the forward's tensor outputs.
+  virtual void enter_unit(int /*unit*/) {}
+  virtual void leave_unit(int /*unit*/, const std::vector<torch::Tensor>& /*outputs*/) {}
+  // Stage 3: `param` is read outside its unit's forward (a tied weight that another module uses, a parameter the
+  // model's own forward reads): its group is gathered now if it is not, and stays gathered until its gradients are
+  // in. Outside a forward, or for a parameter the stage does not partition, nothing happens.
+  virtual void fetch_param(const torch::Tensor& /*param*/) {}
+  // `param`'s whole value (compute dtype): the parameter itself, except under stage 3, which assembles it from the
+  // ranks' shards (collective) unless it persists.
+  virtual torch::Tensor whole_param(const torch::Tensor& param) { return param; }
 
   // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
   // after_backward; the others only keep their gradient buffer attached.

@@ -1,0 +1,76 @@
+"""ZeRO-3 on any nn.Module: which parameters are gathered together (the units) and the hooks that tell the C++ stage
+when each unit's forward starts and ends.
+
+Units follow DeepSpeed's granularity: each module that owns parameters directly is one unit of those parameters;
+a module marked with dscpp.utils.set_z3_leaf_modules is one unit of all its parameters, and nothing under it is
+hooked. A forward pre-hook enters the unit (the stage gathers it), a forward hook leaves it (the stage hooks the
+outputs' gradients to gather it again before the unit's backward, then releases it). A parameter read outside its
+own module's forward — a tied weight another module uses, one the parent's forward reads — is fetched on access,
+as DeepSpeed's ZeROOrderedDict does: each module's _parameters becomes a dict that tells the stage about every read.
+"""
+import collections
+import functools
+
+import torch
+
+
+def _tensors(outputs):
+    """The tensors in a forward's outputs (nested tuples, lists, dicts, HF ModelOutputs)."""
+    if isinstance(outputs, torch.Tensor):
+        return [outputs]
+    if isinstance(outputs, dict):
+        outputs = list(outputs.values())
+    if isinstance(outputs, (tuple, list)):
+        return [t for item in outputs for t in _tensors(item)]
+    return []
+
+
+def gather_units(model):
+    """[(name, module, trainable parameters)] in module order, DeepSpeed's granularity (see the module docstring)."""
+    units, leaves = [], []
+    for name, module in model.named_modules():
+        if any(name.startswith(leaf + ".") or leaf == "" for leaf in leaves):
+            continue  # inside a leaf: its parameters are the leaf's
+        if getattr(module, "_z3_leaf", False):
+            leaves.append(name)
+            params = list(module.parameters())
+        else:
+            params = [p for p in module._parameters.values() if p is not None]
+        params = [p for p in params if p.requires_grad]  # frozen parameters are not partitioned
+        if params:
+            units.append((name or "(the model)", module, params))
+    return units
+
+
+class _FetchingParameters(collections.OrderedDict):
+    """A module's _parameters that tell the stage about each read (nn.Module.__getattr__ reads them with [])."""
+
+    def __init__(self, items, fetch):
+        super().__init__(items)
+        self._fetch = fetch
+
+    def __getitem__(self, key):
+        param = super().__getitem__(key)
+        if param is not None:
+            self._fetch(param)
+        return param
+
+
+def _enter(engine, unit, module, inputs):
+    engine.enter_unit(unit)
+
+
+def _leave(engine, unit, module, inputs, outputs):
+    engine.leave_unit(unit, _tensors(outputs))
+
+
+def install(model, engine, units):
+    """Hooks `units` (gather_units' list, in the order the engine was built with) into `model` for `engine`
+    (dscpp._C.Engine). Returns the hook handles."""
+    handles = []
+    for index, (_, module, _) in enumerate(units):
+        handles.append(module.register_forward_pre_hook(functools.partial(_enter, engine, index)))
+        handles.append(module.register_forward_hook(functools.partial(_leave, engine, index)))
+    for module in model.modules():
+        module._parameters = _FetchingParameters(module._parameters, engine.fetch_param)
+    return handles

@@ -17,7 +17,7 @@ from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine
 from .initialize import initialize
-from . import ops, utils, zero  # noqa: F401  (dscpp.ops.adam, dscpp.utils.set_z3_leaf_modules, dscpp.zero)
+from . import checkpointing, ops, utils, zero  # noqa: F401  (dscpp.checkpointing.checkpoint, dscpp.ops.adam, …)
 
 __version__ = "0.1.0"
 

@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from . import checkpointing
 from .optimizer_view import OptimizerView
 from .zero import gathered
 
@@ -53,11 +54,14 @@ class DeepSpeedEngine:
     def forward(self, *args, **kwargs):
         """The module's forward; its outputs are returned as they are."""
         self._engine.begin_forward()
+        checkpointing._active.append(self)  # checkpointing.checkpoint inside the forward uses this engine
         try:
             outputs = self.module(*args, **kwargs)
         except BaseException:
             self._engine.end_forward(False)  # nothing will come back for what the forward gathered
             raise
+        finally:
+            checkpointing._active.pop()
         self._engine.end_forward(torch.is_grad_enabled() and _requires_grad(outputs))
         self._forwarded = True
         return outputs

@@ -41,6 +41,7 @@ class TinyGpt(nn.Module):
         self.head = nn.Linear(width, vocab, bias=False)
         self.head.weight = self.wte.weight  # tied
         self.unused = nn.Parameter(torch.ones(3))  # never reaches the loss
+        self.checkpoint = None  # e.g. dscpp.checkpointing.checkpoint: each block through it
         with torch.no_grad():  # GPT-2's scale, so the first losses are near ln(vocab)
             self.wte.weight.normal_(0.0, 0.02)
             self.wpe.weight.normal_(0.0, 0.02)
@@ -48,7 +49,7 @@ class TinyGpt(nn.Module):
     def forward(self, tokens):
         x = self.wte(tokens[:, :-1]) + self.wpe(torch.arange(tokens.size(1) - 1, device=tokens.device))
         for block in self.blocks:
-            x = block(x)
+            x = block(x) if self.checkpoint is None else self.checkpoint(block, x)
         logits = self.head(self.ln_f(x)).float()
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), tokens[:, 1:].reshape(-1))
 

@@ -158,3 +158,8 @@ def test_zero3_module_called_outside_the_engine():
     engine.backward(engine(tokens()))  # the engine is still usable
     engine.step()
     assert engine.global_steps == 1
+
+
+def test_activation_checkpointing_outside_the_engines_forward():
+    with pytest.raises(RuntimeError, match="inside the model's forward run by engine"):
+        dscpp.checkpointing.checkpoint(torch.nn.Linear(2, 2), torch.zeros(1, 2))

@@ -47,3 +47,22 @@ def test_zero3_leaf_modules_train_the_same(kind):
     leaf = {"gpt": models.Block, "quirky": models.Quirky}[kind]
     got = engine_losses(kind, 3, 1, 1, 0, STEPS, prepare=lambda m: dscpp.utils.set_z3_leaf_modules(m, [leaf]))
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_activation_checkpointing_recomputes_and_trains_the_same(stage):
+    import dscpp
+    calls = []
+
+    def counted(block, x):
+        def run(y):
+            calls.append(1)
+            return block(y)
+        return dscpp.checkpointing.checkpoint(run, x)
+
+    def prepare(model):
+        model.checkpoint = counted
+    expected = reference_losses("gpt", 1, 1, STEPS)
+    got = engine_losses("gpt", stage, 1, 1, 0, STEPS, prepare=prepare)
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+    assert len(calls) == 2 * 2 * STEPS  # two blocks, each run forward and again in backward, every step

@@ -66,3 +66,17 @@ def test_activation_checkpointing_recomputes_and_trains_the_same(stage):
     got = engine_losses("gpt", stage, 1, 1, 0, STEPS, prepare=prepare)
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
     assert len(calls) == 2 * 2 * STEPS  # two blocks, each run forward and again in backward, every step
+
+
+@pytest.mark.parametrize("stage,offload", [(2, {"offload_optimizer": {"device": "cpu"}}),
+                                           (3, {"offload_optimizer": {"device": "nvme", "nvme_path": "NVME"},
+                                                "offload_param": {"device": "nvme", "nvme_path": "NVME"}})])
+def test_offload_from_python_trains_the_same(stage, offload, tmp_path):
+    import json as _json
+    offload = _json.loads(_json.dumps(offload).replace("NVME", str(tmp_path)))
+
+    def configure(config):
+        config["zero_optimization"].update(offload)
+    expected = reference_losses("gpt", 2, 1, STEPS)
+    got = engine_losses("gpt", stage, 2, 1, 0, STEPS, configure=configure)
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)

@@ -24,12 +24,15 @@ def ds_config(stage, grad_accum, world, dtype="fp32"):
     return config
 
 
-def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None):
+def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None, configure=None):
     import dscpp
     model = make_model(kind)
     if prepare is not None:
         prepare(model)
-    engine, _, _, _ = dscpp.initialize(model=model, config=ds_config(stage, grad_accum, world, dtype))
+    config = ds_config(stage, grad_accum, world, dtype)
+    if configure is not None:
+        configure(config)
+    engine, _, _, _ = dscpp.initialize(model=model, config=config)
     losses = []
     for batch in global_batches(kind, steps, MICRO * grad_accum * world):
         for k in range(grad_accum):

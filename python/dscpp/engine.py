@@ -10,6 +10,7 @@ module and the engine never hold two copies.
 """
 import json
 import os
+import re
 import warnings
 
 import torch
@@ -17,27 +18,24 @@ import torch
 from . import checkpointing
 from .optimizer_view import OptimizerView
 from .zero import gathered
+from .zero.hooks import output_tensors
 
 
-def _requires_grad(outputs):
-    """Whether any tensor in a forward's outputs (nested tuples, lists, dicts, HF ModelOutputs) needs a gradient."""
-    if isinstance(outputs, torch.Tensor):
-        return outputs.requires_grad
-    if isinstance(outputs, dict):
-        return any(_requires_grad(v) for v in outputs.values())
-    if isinstance(outputs, (tuple, list)):
-        return any(_requires_grad(v) for v in outputs)
-    return False
+_SCHEDULER_KEY = "dscpp_lr_scheduler"  # where a client scheduler's state_dict goes in a checkpoint's client state
 
 
 class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
-    def __init__(self, module, engine, training_dataloader=None, client_optimizer=None):
+    def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None):
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
         self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self)
+        # A client scheduler sets the optimizer's lr after each applied step; the engine steps with that lr.
+        self.lr_scheduler = client_scheduler
+        if client_scheduler is not None:
+            engine.set_lr(client_optimizer.param_groups[0]["lr"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
@@ -62,7 +60,8 @@ class DeepSpeedEngine:
             raise
         finally:
             checkpointing._active.pop()
-        self._engine.end_forward(torch.is_grad_enabled() and _requires_grad(outputs))
+        will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in output_tensors(outputs))
+        self._engine.end_forward(will_backward)
         self._forwarded = True
         return outputs
 
@@ -93,7 +92,14 @@ class DeepSpeedEngine:
         if not self._backwarded:
             raise RuntimeError("engine.step: no backward since the last step; call engine.backward(loss) first")
         self._backwarded = False
+        steps = self._engine.global_steps
         self._engine.step()
+        if self.lr_scheduler is not None and self._engine.global_steps > steps and self.was_step_applied():
+            with warnings.catch_warnings():
+                # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
+                warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
+                self.lr_scheduler.step()
+            self._engine.set_lr(self.optimizer.param_groups[0]["lr"])
 
     def train(self, mode=True):
         self.module.train(mode)
@@ -173,6 +179,10 @@ class DeepSpeedEngine:
             raise NotImplementedError("save_checkpoint(save_latest=False) is not supported: `latest` always moves")
         if exclude_frozen_parameters:
             raise NotImplementedError("save_checkpoint(exclude_frozen_parameters=True) is not supported")
+        if self.lr_scheduler is not None:  # the client scheduler's state travels in the client state
+            if not isinstance(client_state, dict):
+                raise TypeError("save_checkpoint: with a client lr_scheduler, client_state must be a dict")
+            client_state = dict(client_state, **{_SCHEDULER_KEY: self.lr_scheduler.state_dict()})
         try:
             state = json.dumps(client_state if client_state is not None else None)
         except TypeError as e:
@@ -201,7 +211,15 @@ class DeepSpeedEngine:
         path, _, client_state = self._engine.load_checkpoint(
             load_dir, "" if tag is None else str(tag), load_optimizer_states)
         self._forwarded = self._backwarded = False
-        return path, json.loads(client_state)
+        client_state = json.loads(client_state)
+        if isinstance(client_state, dict) and _SCHEDULER_KEY in client_state:
+            scheduler_state = client_state.pop(_SCHEDULER_KEY)
+            if self.lr_scheduler is not None and load_lr_scheduler_states:
+                self.lr_scheduler.load_state_dict(scheduler_state)
+                for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
+                    group["lr"] = lr
+                self._engine.set_lr(self.optimizer.param_groups[0]["lr"])
+        return path, client_state
 
     def save_16bit_model(self, save_dir, save_filename="model.safetensors"):
         """Collective. The whole weights in the compute dtype, as one safetensors file written by rank 0 (under ZeRO-3

@@ -44,6 +44,28 @@ def _dataloader(training_data, engine, collate_fn, drop_last):
                       drop_last=drop_last)
 
 
+def _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path):
+    """A client lr_scheduler, as DeepSpeed takes it: a torch scheduler over the client optimizer, or a callable
+    making one from it. The engine then steps with the optimizer's lr, which the scheduler sets after each step."""
+    if lr_scheduler is None:
+        return None
+    if client_optimizer is None:
+        raise TypeError("dscpp.initialize: a client lr_scheduler drives a client optimizer: pass optimizer= too, or "
+                        "describe the schedule in the config's \"scheduler\" section")
+    if not hasattr(lr_scheduler, "step"):
+        if not callable(lr_scheduler):
+            raise TypeError(f"dscpp.initialize: lr_scheduler must be a scheduler or a callable making one, got "
+                            f"{type(lr_scheduler).__name__}")
+        lr_scheduler = lr_scheduler(client_optimizer)
+    if getattr(lr_scheduler, "optimizer", None) is not client_optimizer:
+        raise ValueError("dscpp.initialize: the lr_scheduler schedules another optimizer than the one passed")
+    config = config_dict if config_dict is not None else load_json(config_path)
+    if config.get("scheduler"):
+        raise ValueError(f"dscpp.initialize: an lr_scheduler was passed ({type(lr_scheduler).__name__}) and the "
+                         "config has a \"scheduler\" section; keep one")
+    return lr_scheduler
+
+
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
                distributed_port=29500, mpu=None, dist_init_required=None, collate_fn=None, config=None,
                mesh_param=None, config_params=None):
@@ -51,16 +73,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
     Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
-    section. When WORLD_SIZE > 1 and torch.distributed is not initialised, init_distributed() joins the job first;
+    section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1 and torch.distributed is not initialised, init_distributed() joins the job first;
     the engine communicates over torch.distributed's default group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
     if mpu is not None or mesh_param is not None:
         raise NotImplementedError("dscpp.initialize: mpu and mesh_param (model parallelism) are not supported yet")
-    if lr_scheduler is not None:
-        raise TypeError(f"dscpp.initialize: lr_scheduler {type(lr_scheduler).__name__} cannot be taken yet: the engine "
-                        "runs its own schedule; describe it in the config's \"scheduler\" section (WarmupLR, "
-                        "WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest)")
     config_dict, config_path = resolve_config(args, config, config_params)
     if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(distributed_port=distributed_port)
@@ -84,6 +102,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         client_optimizer = optimizer
     elif model_parameters is not None:
         _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
+    client_scheduler = _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path)
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
     units = zero_hooks.gather_units(model)
@@ -98,6 +117,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
-    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer)
-    scheduler = SchedulerView(wrapper) if resolved.get("scheduler") else None
+    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler)
+    scheduler = client_scheduler or (SchedulerView(wrapper) if resolved.get("scheduler") else None)
     return wrapper, wrapper.optimizer, loader, scheduler

@@ -170,6 +170,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("skipped_steps", &Engine::skipped_steps)
       .def_property_readonly("global_samples", &Engine::global_samples)
       .def_property_readonly("lr", &Engine::lr)
+      .def("set_lr", &Engine::set_lr, py::arg("lr"))
       .def_property_readonly("loss_scale", &Engine::loss_scale)
       .def("last_step", [](const Engine& e) { return step_report(e.last_step()); })
       .def("memory", [](const Engine& e) { return memory_report(e.memory()); })

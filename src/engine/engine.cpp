@@ -281,6 +281,15 @@ bool Engine::is_gradient_accumulation_boundary() const {
 
 double Engine::lr() const { return schedule_->lr_at(progress_.global_steps - progress_.skipped_steps); }
 
+void Engine::set_lr(double lr) {
+  if (config_.scheduler) {
+    throw std::logic_error("set_lr: the config's \"scheduler\" (" + config_.scheduler->type + ") drives the lr; "
+                           "remove it to run a schedule of your own");
+  }
+  if (!(lr >= 0)) throw std::invalid_argument("set_lr: lr must be a number >= 0, got " + std::to_string(lr));
+  schedule_ = std::make_unique<ConstantLR>(lr);
+}
+
 torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
   begin_forward();
   auto loss = loss_fn();

@@ -4,7 +4,6 @@ stage — ending where an uninterrupted run ends. Also: a Python save/load round
 import json
 import os
 import subprocess
-import sys
 
 import pytest
 import torch

@@ -163,3 +163,15 @@ def test_zero3_module_called_outside_the_engine():
 def test_activation_checkpointing_outside_the_engines_forward():
     with pytest.raises(RuntimeError, match="inside the model's forward run by engine"):
         dscpp.checkpointing.checkpoint(torch.nn.Linear(2, 2), torch.zeros(1, 2))
+
+
+def test_a_client_scheduler_without_a_client_optimizer_or_beside_a_config_scheduler():
+    model = make_model("gpt")
+    optimizer = torch.optim.AdamW(model.parameters())
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    with pytest.raises(TypeError, match="drives a client optimizer"):
+        dscpp.initialize(model=model, lr_scheduler=scheduler, config=config())
+    c = config(scheduler={"type": "WarmupLR", "params": {"warmup_num_steps": 2}})
+    del c["optimizer"]
+    with pytest.raises(ValueError, match="keep one"):
+        dscpp.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=c)

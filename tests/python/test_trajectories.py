@@ -80,3 +80,52 @@ def test_offload_from_python_trains_the_same(stage, offload, tmp_path):
     expected = reference_losses("gpt", 2, 1, STEPS)
     got = engine_losses("gpt", stage, 2, 1, 0, STEPS, configure=configure)
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+
+
+def _scheduled_run(engine_side, steps, resume_at=None, tmp_path=None):
+    """Losses of the test GPT under torch.optim.AdamW + StepLR(gamma 0.5), as a plain loop or through dscpp with the
+    optimizer and scheduler passed to initialize (optionally saved at `resume_at` and resumed in a new engine)."""
+    import torch
+    import dscpp
+    from models import chunk, global_batches, make_model
+    from training import CLIP, MICRO, WD, ds_config
+
+    def build():
+        model = make_model("gpt")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=WD)
+        return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+    batches = global_batches("gpt", steps, MICRO)
+    model, optimizer, scheduler = build()
+    losses = []
+    if not engine_side:
+        for batch in batches:
+            loss = model(*chunk(batch, 0, MICRO))
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+            optimizer.step()
+            optimizer.zero_grad()
+            scheduler.step()
+            losses.append(loss.item())
+        return losses
+    config = ds_config(stage=2, grad_accum=1, world=1)
+    del config["optimizer"]
+    engine, _, _, returned = dscpp.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+    assert returned is scheduler
+    for step, batch in enumerate(batches):
+        if step == resume_at:
+            engine.save_checkpoint(str(tmp_path), client_state={"note": "mine"})
+            model, optimizer, scheduler = build()
+            engine, *_ = dscpp.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+            _, client_state = engine.load_checkpoint(str(tmp_path))
+            assert client_state == {"note": "mine"} and scheduler.last_epoch == resume_at
+        engine.backward(engine(*chunk(batch, 0, MICRO)))
+        engine.step()
+        losses.append(engine.last_step()["loss"])
+    return losses
+
+
+def test_a_client_lr_scheduler_sets_each_steps_lr_and_resumes(tmp_path):
+    expected = _scheduled_run(False, 4)
+    assert _scheduled_run(True, 4) == pytest.approx(expected, abs=1e-5)
+    assert _scheduled_run(True, 4, resume_at=2, tmp_path=tmp_path) == pytest.approx(expected, abs=1e-5)

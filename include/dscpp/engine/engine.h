@@ -139,6 +139,9 @@ class Engine {
   int64_t micro_steps() const { return progress_.micro_steps; }
   int64_t skipped_steps() const { return progress_.skipped_steps; }
   double lr() const;                                 // the lr the next optimizer step will use
+  // The lr of the next optimizer steps, from a schedule the program runs itself (Python's client lr_scheduler).
+  // std::logic_error when the config has a "scheduler": one schedule drives the lr, not two.
+  void set_lr(double lr);
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;

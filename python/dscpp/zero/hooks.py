@@ -14,14 +14,14 @@ import functools
 import torch
 
 
-def _tensors(outputs):
+def output_tensors(outputs):
     """The tensors in a forward's outputs (nested tuples, lists, dicts, HF ModelOutputs)."""
     if isinstance(outputs, torch.Tensor):
         return [outputs]
     if isinstance(outputs, dict):
         outputs = list(outputs.values())
     if isinstance(outputs, (tuple, list)):
-        return [t for item in outputs for t in _tensors(item)]
+        return [t for item in outputs for t in output_tensors(item)]
     return []
 
 
@@ -61,7 +61,7 @@ def _enter(engine, unit, module, inputs):
 
 
 def _leave(engine, unit, module, inputs, outputs):
-    engine.leave_unit(unit, _tensors(outputs))
+    engine.leave_unit(unit, output_tensors(outputs))
 
 
 def install(model, engine, units):

@@ -15,7 +15,8 @@ def add_config_arguments(parser):
     group.add_argument("--deepspeed_config", default=None, type=str, help="DeepSpeed json configuration file.")
     group.add_argument("--deepscale", default=False, action="store_true",
                        help="Deprecated enable DeepSpeed (helper flag for user code, no impact on DeepSpeed backend)")
-    group.add_argument("--deepscale_config", default=None, type=str, help="Deprecated DeepSpeed json configuration file.")
+    group.add_argument("--deepscale_config", default=None, type=str,
+                       help="Deprecated DeepSpeed json configuration file.")
     return parser
 
 

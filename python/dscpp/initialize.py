@@ -73,8 +73,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
     Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
-    section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1 and torch.distributed is not initialised, init_distributed() joins the job first;
-    the engine communicates over torch.distributed's default group."""
+    section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1
+    and torch.distributed is not initialised, init_distributed() joins the job first; the engine communicates over
+    torch.distributed's default group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
     if mpu is not None or mesh_param is not None:
@@ -118,5 +119,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler)
-    scheduler = client_scheduler or (SchedulerView(wrapper) if resolved.get("scheduler") else None)
+    scheduler = client_scheduler
+    if scheduler is None and resolved.get("scheduler"):
+        scheduler = SchedulerView(wrapper)
     return wrapper, wrapper.optimizer, loader, scheduler

@@ -26,10 +26,10 @@ def set_z3_leaf_modules(model, leaf_module_classes):
 
 def unset_z3_leaf_modules(model, leaf_module_classes):
     """Undoes set_z3_leaf_modules for those classes; returns the modules unmarked."""
+    classes = tuple(c for c in leaf_module_classes if isinstance(c, type))
     unmarked = []
     for module in model.modules():
-        if getattr(module, "_z3_leaf", False) and (isinstance(module, tuple(c for c in leaf_module_classes if isinstance(c, type)))
-                                                   or type(module).__name__ in leaf_module_classes):
+        if z3_leaf_module(module) and (isinstance(module, classes) or type(module).__name__ in leaf_module_classes):
             module._z3_leaf = False
             unmarked.append(module)
     return unmarked

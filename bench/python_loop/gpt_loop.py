@@ -57,6 +57,11 @@ def main():
     p.add_argument("--weight_decay", type=float, default=0.1)
     p.add_argument("--clip", type=float, default=0.0, help="clip the gradient norm to this (0: no clipping)")
     p.add_argument("--no_progress", action="store_true", help="accepted for gpt-train's command lines")
+    p.add_argument("--n_layer", type=int, help="override the preset's depth (as gpt-train's flag)")
+    p.add_argument("--n_embd", type=int, help="override the preset's width")
+    p.add_argument("--n_head", type=int, help="override the preset's head count")
+    p.add_argument("--no_foreach", action="store_true",
+                   help="AdamW one tensor at a time: no whole-model temporaries (the leanest plain loop in memory)")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -68,6 +73,7 @@ def main():
         torch.distributed.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
 
     n_layer, n_head, n_embd, block_size = PRESETS[a.model]
+    n_layer, n_head, n_embd = a.n_layer or n_layer, a.n_head or n_head, a.n_embd or n_embd
     seq_len = a.seq_len or min(block_size, 128)
     tokens = load_tokens(a.data, seq_len)
     torch.manual_seed(a.seed)
@@ -79,7 +85,7 @@ def main():
     else:
         master = params
     optimizer = torch.optim.AdamW(master, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay,
-                                  foreach=True)
+                                  foreach=not a.no_foreach)
     ddp = world > 1 and not a.bf16
     train = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     global_batch = a.micro_batch * world

@@ -17,6 +17,7 @@
 #include "dscpp/dscpp.h"
 #include "dscpp/monitor/flops_profiler.h"
 #include "dscpp/monitor/memory_tracker.h"
+#include "dscpp/monitor/cpu_peak.h"
 #include "dscpp/monitor/metrics_jsonl.h"
 #include "dscpp/monitor/step_log.h"
 #include "model/gpt.h"
@@ -363,7 +364,12 @@ int run(const Args& a) {
     progress.update(r.step, r.loss, tokens_per_s);
     const double model_flops_per_s = step_flops / (step_ms / 1000.0);
     if (step > 0) flops_per_s_sum += model_flops_per_s, ++timed_steps;  // the first step pays for warm-up
+    // With memory_breakdown on, the metrics carry every rank's breakdown: an exchange every rank joins.
+    std::vector<dscpp::MemoryBreakdown> ranks_memory;
+    if (!a.metrics.empty() && config.memory_breakdown) ranks_memory = engine->memory_breakdown_all_ranks();
     if (metrics) {
+      nlohmann::json memory_ranks = nlohmann::json::array();
+      for (const auto& m : ranks_memory) memory_ranks.push_back(dscpp::to_json(m));
       const auto mem = engine->memory();
       const auto timers = engine->stage_timers();
       metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
@@ -377,7 +383,8 @@ int run(const Args& a) {
                       {"param_swap", swap_json(timers.param_swap)},
                       {"optimizer_swap", swap_json(engine->optimizer_swap())},
                       {"wall_clock_s", times_json(r.times)},
-                      {"memory_breakdown", dscpp::to_json(engine->memory_breakdown())}});
+                      {"memory_breakdown", dscpp::to_json(engine->memory_breakdown())},
+                      {"memory_ranks", memory_ranks}});
     }
     const int64_t done = engine->global_steps();
     if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {
@@ -397,6 +404,12 @@ int run(const Args& a) {
       std::cerr << "; MFU " << std::fixed << std::setprecision(1)
                 << 100.0 * flops_per_s_sum / timed_steps / peak_flops << "% of "
                 << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank" << (a.peak_tflops ? "" : " (measured)");
+      // Against the silicon as well: the measured peak is LibTorch's best matmul here, not the vector units' limit.
+      const auto simd = device.is_cpu() ? dscpp::cpu_peak_flops(engine->compute_dtype()) : dscpp::CpuPeak{};
+      if (simd.flops > 0) {
+        std::cerr << ", " << 100.0 * flops_per_s_sum / timed_steps / simd.flops << "% of the CPU's SIMD peak "
+                  << dscpp::format_flops(simd.flops, "FLOP/s") << " (" << simd.how << ")";
+      }
     }
     std::cerr << std::endl;
   }

@@ -474,10 +474,8 @@ void Engine::log_step(const StepReport& report) {
   print_window_ = PhaseTimes{};
   if (config_.memory_breakdown) {
     // Every rank's numbers in one exchange; rank 0 prints them all.
-    const auto all = comm_->side_all_gather(memory_breakdown().pack());
-    for (int r = 0; r < comm_->world_size(); ++r) {
-      log_("[deepspeed.cpp] " + describe(MemoryBreakdown::unpack(&all[r * MemoryBreakdown::kPacked]), r));
-    }
+    const auto all = memory_breakdown_all_ranks();
+    for (int r = 0; r < static_cast<int>(all.size()); ++r) log_("[deepspeed.cpp] " + describe(all[r], r));
   }
   if (config_.activation_checkpointing.profile) {
     log_("[deepspeed.cpp] " + describe(checkpointing_->stats(), /*with_times=*/true));
@@ -531,7 +529,17 @@ MemoryBreakdown Engine::memory_breakdown() const {
   if (config_.zero.offload_param.device == OffloadDevice::kCpu) b.offloaded_host += s.params16 - s.persistent;
   b.nvme = stage_->timers().param_swap.file_bytes + optimizer_swap().file_bytes;
   b.rss = resident_bytes();
+  if (CpuMemoryTracker::installed()) b.live_tensors = CpuMemoryTracker::allocated();
   return b;
+}
+
+std::vector<MemoryBreakdown> Engine::memory_breakdown_all_ranks() const {
+  const auto all = comm_->side_all_gather(memory_breakdown().pack());
+  std::vector<MemoryBreakdown> out;
+  for (int r = 0; r < comm_->world_size(); ++r) {
+    out.push_back(MemoryBreakdown::unpack(&all[r * MemoryBreakdown::kPacked]));
+  }
+  return out;
 }
 
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config, InitOptions options) {

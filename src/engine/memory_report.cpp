@@ -23,7 +23,7 @@ nlohmann::json to_json(const ModelStateMemory& m) {
 std::vector<int64_t> MemoryBreakdown::pack() const {
   const auto& s = states.stage;
   return {s.params16, s.grads16, s.master, s.buffers, s.persistent, s.gathered_peak, states.optimizer_state,
-          activations_peak, offloaded_host, nvme, rss};
+          activations_peak, offloaded_host, nvme, rss, live_tensors};
 }
 
 MemoryBreakdown MemoryBreakdown::unpack(const int64_t* v) {
@@ -31,7 +31,7 @@ MemoryBreakdown MemoryBreakdown::unpack(const int64_t* v) {
   auto& s = m.states.stage;
   s.params16 = v[0], s.grads16 = v[1], s.master = v[2], s.buffers = v[3], s.persistent = v[4], s.gathered_peak = v[5];
   m.states.optimizer_state = v[6];
-  m.activations_peak = v[7], m.offloaded_host = v[8], m.nvme = v[9], m.rss = v[10];
+  m.activations_peak = v[7], m.offloaded_host = v[8], m.nvme = v[9], m.rss = v[10], m.live_tensors = v[11];
   return m;
 }
 
@@ -42,7 +42,8 @@ std::string describe(const MemoryBreakdown& m, int rank) {
          b(s.gathered_peak) + "), grads " + b(s.grads16) + ", fp32 master " + b(s.master) + ", optimizer state " +
          b(m.states.optimizer_state) + ", comm buffers " + b(s.buffers) + ", activations peak " +
          (m.activations_peak < 0 ? std::string("not measured") : b(m.activations_peak)) + ", host offload " +
-         b(m.offloaded_host) + ", nvme " + b(m.nvme) + ", rss " + b(m.rss);
+         b(m.offloaded_host) + ", nvme " + b(m.nvme) + ", rss " + b(m.rss) + ", live tensors " +
+         (m.live_tensors < 0 ? std::string("not measured") : b(m.live_tensors));
 }
 
 nlohmann::json to_json(const MemoryBreakdown& m) {
@@ -51,6 +52,7 @@ nlohmann::json to_json(const MemoryBreakdown& m) {
   out["offloaded_host"] = m.offloaded_host;
   out["nvme"] = m.nvme;
   out["rss"] = m.rss;
+  out["live_tensors"] = m.live_tensors;
   return out;
 }
 

@@ -148,6 +148,8 @@ class Engine {
   // memory_breakdown's numbers for this rank (SPEC §3.10); activations are measured once a CpuMemoryTracker is
   // installed (memory_breakdown installs one).
   MemoryBreakdown memory_breakdown() const;
+  // Every rank's memory_breakdown, in rank order, in one exchange: a collective, so every rank must call it.
+  std::vector<MemoryBreakdown> memory_breakdown_all_ranks() const;
   StageTimers stage_timers() const { return stage_->timers(); }
   // offload_optimizer nvme: the optimizer state's swap file (all zero otherwise).
   StateStore::SwapStats optimizer_swap() const { return offload_ ? offload_->store().stats() : StateStore::SwapStats{}; }

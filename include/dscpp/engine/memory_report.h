@@ -31,11 +31,14 @@ struct MemoryBreakdown {
   int64_t offloaded_host = 0;  // of the model states, what offload_optimizer / offload_param cpu keep in host memory
   int64_t nvme = 0;            // bytes in this rank's swap files (offload_* nvme), beside the model states
   int64_t rss = 0;             // the process's resident set
+  // Bytes LibTorch's CPU allocator holds now for live tensors (CpuMemoryTracker::allocated: only what was allocated
+  // after it was installed); -1 where no tracker is installed. Unlike rss, it excludes what malloc keeps after a free.
+  int64_t live_tensors = -1;
 
   // For gathering every rank's breakdown in one exchange.
   std::vector<int64_t> pack() const;
   static MemoryBreakdown unpack(const int64_t* values);
-  static constexpr size_t kPacked = 11;
+  static constexpr size_t kPacked = 12;
 };
 
 // "rank 0: params 1.2 MB (gathered peak 0 B), grads …, fp32 master …, optimizer state …, buffers …, activations

@@ -8,7 +8,7 @@
 #                                               torch (torch.utils.cmake_prefix_path) and builds (default build-cuda)
 #
 # With the device tool: run(carry=[".deps"], command="scripts/device-build.sh build && DSCPP_TEST_DEVICE=cuda
-# ctest --test-dir build-cuda -LE long --output-on-failure"). Benchmarks need Google Benchmark and are left out.
+# ctest --test-dir build-cuda -LE long --output-on-failure"). Benchmarks are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=$PWD/.deps

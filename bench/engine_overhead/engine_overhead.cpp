@@ -82,7 +82,7 @@ class FlatAdamW {
 struct Runner {
   std::string name;
   std::function<torch::Tensor(int64_t step)> step;  // returns the step's loss
-  std::vector<double> round_ms;  // the median step time of each round
+  std::vector<double> round_ms{};  // the median step time of each round
   double faults = 0, sys_s = 0;  // summed over all measured steps
   int64_t steps = 0;
   double last_loss = 0;

@@ -92,9 +92,9 @@ class DeepSpeedEngine:
         if not self._backwarded:
             raise RuntimeError("engine.step: no backward since the last step; call engine.backward(loss) first")
         self._backwarded = False
-        steps = self._engine.global_steps
-        self._engine.step()
-        if self.lr_scheduler is not None and self._engine.global_steps > steps and self.was_step_applied():
+        boundary = self._engine.is_gradient_accumulation_boundary()
+        applied = self._engine.step()  # false off the boundary, and for a step skipped on overflow
+        if self.lr_scheduler is not None and boundary and applied:
             with warnings.catch_warnings():
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
@@ -162,8 +162,9 @@ class DeepSpeedEngine:
         return self._engine.zero_stage
 
     def memory(self):
-        """This rank's model-state bytes: params, grads, master, optimizer_state, buffers (and ZeRO-3's)."""
-        return self._engine.memory()
+        """This rank's model-state bytes: params, grads, master, optimizer_state, buffers, model_states, and ZeRO-3's
+        persistent and gathered_peak (gpt-train's metrics' `memory`)."""
+        return json.loads(self._engine.memory_json)
 
     @property
     def config(self):

@@ -86,18 +86,6 @@ py::dict step_report(const StepReport& r) {
   return d;
 }
 
-py::dict memory_report(const ModelStateMemory& m) {
-  py::dict d;
-  d["params"] = m.stage.params16;
-  d["grads"] = m.stage.grads16;
-  d["master"] = m.stage.master;
-  d["optimizer_state"] = m.optimizer_state;
-  d["buffers"] = m.stage.buffers;
-  d["persistent"] = m.stage.persistent;
-  d["gathered_peak"] = m.stage.gathered_peak;
-  return d;
-}
-
 }  // namespace
 }  // namespace dscpp::python
 
@@ -173,7 +161,7 @@ PYBIND11_MODULE(_C, m) {
       .def("set_lr", &Engine::set_lr, py::arg("lr"))
       .def_property_readonly("loss_scale", &Engine::loss_scale)
       .def("last_step", [](const Engine& e) { return step_report(e.last_step()); })
-      .def("memory", [](const Engine& e) { return memory_report(e.memory()); })
+      .def_property_readonly("memory_json", [](const Engine& e) { return to_json(e.memory()).dump(); })
       .def(
           "save_checkpoint",
           [](Engine& e, const std::string& dir, const std::string& tag, const std::string& client_state) {

@@ -175,3 +175,35 @@ def test_a_client_scheduler_without_a_client_optimizer_or_beside_a_config_schedu
     del c["optimizer"]
     with pytest.raises(ValueError, match="keep one"):
         dscpp.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=c)
+
+
+def test_deepspeed_cpu_adam_steps_as_torch_adamw_and_is_taken_by_initialize():
+    from dscpp.ops.adam import DeepSpeedCPUAdam
+    torch.manual_seed(0)
+    ours_p = torch.nn.Parameter(torch.randn(1000))
+    ref_p = torch.nn.Parameter(ours_p.detach().clone())
+    ours = DeepSpeedCPUAdam([ours_p], lr=1e-2, weight_decay=0.1)
+    ref = torch.optim.AdamW([ref_p], lr=1e-2, weight_decay=0.1)
+    for step in range(5):
+        grad = torch.randn(1000, generator=torch.Generator().manual_seed(step))
+        ours_p.grad, ref_p.grad = grad.clone(), grad.clone()
+        ours.step()
+        ref.step()
+    # The SIMD path this CPU has (AVX-512 or AVX2, or scalar), against torch's arithmetic.
+    assert torch.allclose(ours_p, ref_p, rtol=1e-6, atol=1e-7), (ours.simd_path, (ours_p - ref_p).abs().max())
+    model = make_model("gpt")
+    c = config()
+    del c["optimizer"]
+    engine, optimizer, _, _ = dscpp.initialize(model=model, optimizer=DeepSpeedCPUAdam(model.parameters(), lr=2e-3),
+                                               config=c)
+    assert engine.config["optimizer"]["type"] == "Adam" and engine.config["optimizer"]["params"]["adam_w_mode"]
+    assert engine.get_lr() == [pytest.approx(2e-3)]
+    with pytest.raises(RuntimeError, match="does not support amsgrad"):
+        DeepSpeedCPUAdam(model.parameters(), amsgrad=True)
+
+
+def test_memory_reports_the_model_state_bytes():
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
+    memory = engine.memory()
+    whole = sum(p.numel() * 4 for p in engine.module.parameters())
+    assert memory["params"] == whole and memory["optimizer_state"] == 2 * whole, memory

@@ -10,9 +10,9 @@ import os
 import torch
 import torch.distributed as dist
 
-# Each engine of a process keeps its store keys under a prefix of its own; every rank builds its engines in the same
-# order, so the n-th engine has the same prefix on every rank.
-_engine_numbers = itertools.count()
+# Each engine (and each zero.Init) of a process keeps its store keys under a prefix of its own; every rank builds
+# them in the same order, so the n-th has the same prefix on every rank.
+_comm_numbers = itertools.count()
 
 
 def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_port=29500, verbose=True,
@@ -35,11 +35,11 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
                             world_size=world_size)
 
 
-def engine_comm_arguments():
-    """What dscpp._C.create_engine needs to communicate: torch.distributed's default group and its store, or None
-    for a process alone."""
+def engine_comm_arguments(user="engine"):
+    """What dscpp._C.create_engine (or create_partitioned_init) needs to communicate: torch.distributed's default
+    group and its store, or None for a process alone. `user` names the prefix of its store keys."""
     if not dist.is_initialized():
         return dict(group=None, store=None, backend="", key_prefix="")
     from torch.distributed import distributed_c10d as c10d
     return dict(group=c10d._get_default_group(), store=c10d._get_default_store(), backend=dist.get_backend(),
-                key_prefix=f"dscpp/engine{next(_engine_numbers)}/")
+                key_prefix=f"dscpp/{user}{next(_comm_numbers)}/")

@@ -13,6 +13,7 @@ from .config import load_json, resolve_config
 from .engine import DeepSpeedEngine
 from .optimizer_view import SchedulerView
 from .zero import hooks as zero_hooks
+from .zero import init as zero_init
 
 
 def _flatten_parameters(model_parameters):
@@ -109,7 +110,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     units = zero_hooks.gather_units(model)
     engine = _C.create_engine(
         params=list(model.named_parameters()), buffers=list(model.named_buffers()),
-        units=[(name, params) for name, _, params in units],
+        units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None, **engine_comm_arguments())
     if engine.zero_stage == 3:

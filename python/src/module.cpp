@@ -18,6 +18,7 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/engine.h"
+#include "dscpp/engine/partitioned_init.h"
 #include "dscpp/optim/cpu_adam.h"
 
 namespace py = pybind11;
@@ -43,20 +44,36 @@ std::shared_ptr<Comm> comm_from(const py::object& group, const py::object& store
                         store.cast<c10::intrusive_ptr<c10d::Store>>(), backend, key_prefix);
 }
 
+Config parse_config(const std::string& config, bool config_is_path, int world_size) {
+  ConfigOptions options;
+  options.world_size = world_size;
+  return config_is_path ? Config::from_file(config, options) : Config::from_string(config, options);
+}
+
+using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;
+
 std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers, const Units& units,
-                                      const std::string& config, bool config_is_path, const py::object& group,
-                                      const py::object& store, const std::string& backend,
-                                      const std::string& key_prefix) {
-  ModelTensors model{named(params), named(buffers), {}};
+                                      const UnitHandles& prepartitioned, const std::string& config,
+                                      bool config_is_path, const py::object& group, const py::object& store,
+                                      const std::string& backend, const std::string& key_prefix) {
+  ModelTensors model{named(params), named(buffers), {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
   options.comm = comm_from(group, store, backend, key_prefix);
-  ConfigOptions config_options;
-  config_options.world_size = options.comm->world_size();
-  Config parsed = config_is_path ? Config::from_file(config, config_options)
-                                 : Config::from_string(config, config_options);
+  Config parsed = parse_config(config, config_is_path, options.comm->world_size());
+  // Handed over: the Python handle is left empty (its parameters are the engine's now).
+  for (const auto& unit : prepartitioned) model.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
   py::gil_scoped_release no_gil;  // collectives: other Python threads may run meanwhile
   return initialize(std::move(model), parsed, std::move(options));
+}
+
+// dscpp.zero.Init's C++ half: the config's dtype and persistence threshold, and a comm over torch.distributed's
+// group (or one process alone).
+std::shared_ptr<PartitionedInit> create_partitioned_init(const std::string& config, bool config_is_path,
+                                                         const py::object& group, const py::object& store,
+                                                         const std::string& backend, const std::string& key_prefix) {
+  auto comm = comm_from(group, store, backend, key_prefix);
+  return std::make_shared<PartitionedInit>(parse_config(config, config_is_path, comm->world_size()), comm);
 }
 
 // dscpp.ops.adam.DeepSpeedCPUAdam's step for one parameter: the SIMD CPU Adam over its fp32 tensors, in place.
@@ -193,7 +210,37 @@ PYBIND11_MODULE(_C, m) {
       py::arg("step"), py::call_guard<py::gil_scoped_release>());
   m.def("simd_path", [] { return to_string(best_simd_path()); });
 
-  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"), py::arg("config"),
+  py::class_<PrepartitionedUnit, std::shared_ptr<PrepartitionedUnit>>(m, "PrepartitionedUnit")
+      .def_property_readonly("params", [](const PrepartitionedUnit& u) { return u.params; })
+      .def_property_readonly("whole", [](const PrepartitionedUnit& u) { return u.whole; })
+      .def_property_readonly("shard_numel", [](const PrepartitionedUnit& u) {
+        return u.shard.defined() ? u.shard.numel() : int64_t{0};
+      });
+  py::class_<PartitionedInit, std::shared_ptr<PartitionedInit>>(m, "PartitionedInit")
+      .def(
+          "partition",
+          [](PartitionedInit& init, const NamedTensors& params) -> std::shared_ptr<PrepartitionedUnit> {
+            auto unit = init.partition_params(params);
+            if (unit.params.empty()) return nullptr;
+            return std::make_shared<PrepartitionedUnit>(std::move(unit));
+          },
+          py::arg("params"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "gather", [](PartitionedInit& init, PrepartitionedUnit& unit) { gather_whole(unit, *init.comm()); },
+          py::arg("unit"), py::call_guard<py::gil_scoped_release>())
+      .def(
+          "repartition",
+          [](PartitionedInit& init, PrepartitionedUnit& unit, int modifier_rank) {
+            repartition(unit, *init.comm(), modifier_rank);
+          },
+          py::arg("unit"), py::arg("modifier_rank"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("dtype", [](const PartitionedInit& init) { return std::string(c10::toString(init.dtype())); });
+  m.def("create_partitioned_init", &create_partitioned_init, py::arg("config"), py::arg("config_is_path"),
+        py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
+        "The C++ half of dscpp.zero.Init.");
+
+  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"),
+        py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

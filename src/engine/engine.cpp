@@ -6,10 +6,12 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <algorithm>
 #include <map>
 #include <set>
 #include <sstream>
 #include <tuple>
+#include <unordered_set>
 
 #include <torch/cuda.h>
 
@@ -51,21 +53,10 @@ void broadcast_rest(const std::vector<torch::Tensor>& tensors, Comm& comm) {
   }
 }
 
-// A model built partitioned (PartitionedInit): checks it fits this config, makes its comm the engine's and its units
-// the gather units (unless the program named them), and hands its units over.
-std::vector<PrepartitionedUnit> take_partitioned(const Config& config, InitOptions& options) {
+// A model built partitioned (PartitionedInit): makes its comm the engine's and its units the gather units (unless the
+// program named them), and hands its units over (adopt_prepartitioned checks they fit the config).
+std::vector<PrepartitionedUnit> take_partitioned(InitOptions& options) {
   if (!options.partitioned) return {};
-  // Its units hold no memory: casting them would read nothing, so they must be in the compute dtype already.
-  const auto dtype = to_scalar_type(config.compute_dtype());
-  if (options.partitioned->dtype() != dtype) {
-    throw ConfigError("the model was built partitioned (InitOptions::partitioned) in " +
-                      std::string(c10::toString(options.partitioned->dtype())) + " but this config computes in " +
-                      to_string(config.compute_dtype()) + ": build it with the config given to dscpp::initialize");
-  }
-  if (config.zero.stage != 3) {
-    throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
-                      ": the model was built partitioned (InitOptions::partitioned), which needs stage 3");
-  }
   if (options.comm && options.comm != options.partitioned->comm()) {
     throw std::invalid_argument("dscpp::initialize: InitOptions::comm is not the comm the model was built "
                                 "partitioned over (InitOptions::partitioned); pass one of them");
@@ -78,20 +69,54 @@ std::vector<PrepartitionedUnit> take_partitioned(const Config& config, InitOptio
   return units;
 }
 
+// Units built partitioned, as the engine takes them. A unit made whole since (GatheredParameters, an init function
+// that read its weights) is whole parameters like any other; one holding a parameter frozen since is gathered whole,
+// as frozen parameters are whole on every rank; the rest get their shapes back (views of their released buffers)
+// for Stage 3 to adopt or regroup.
+std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedUnit> units, const ModelTensors& model,
+                                                     const Config& config, Comm* comm) {
+  if (units.empty()) return units;
+  const auto dtype = to_scalar_type(config.compute_dtype());
+  if (config.zero.stage != 3) {
+    throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
+                      ": the model was built partitioned (zero.Init), which needs stage 3");
+  }
+  if (!comm) throw std::logic_error("dscpp::initialize: a model built partitioned comes with the comm it used");
+  std::unordered_set<const c10::TensorImpl*> frozen;
+  for (const auto& p : model.params) {
+    if (!p.tensor.requires_grad()) frozen.insert(p.tensor.unsafeGetTensorImpl());
+  }
+  std::vector<PrepartitionedUnit> out;
+  for (auto& unit : units) {
+    if (unit.params.empty() || unit.whole) continue;
+    if (unit.buffer.scalar_type() != dtype) {
+      throw ConfigError("the model was built partitioned (zero.Init) in " +
+                        std::string(c10::toString(unit.buffer.scalar_type())) + " but this config computes in " +
+                        to_string(config.compute_dtype()) + ": build it with the config given to initialize");
+    }
+    const bool has_frozen = std::any_of(unit.params.begin(), unit.params.end(), [&](const torch::Tensor& p) {
+      return frozen.count(p.unsafeGetTensorImpl()) > 0;
+    });
+    if (has_frozen) {
+      gather_whole(unit, *comm);
+      continue;
+    }
+    point_into_buffer(unit);
+    out.push_back(std::move(unit));
+  }
+  return out;
+}
+
 }  // namespace
 
 Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOptions options)
     : config_(std::move(config)), module_(std::move(model)) {
   if (!module_) throw std::invalid_argument("dscpp::initialize: model is null");
   check_supported(config_);
-  auto prepartitioned = take_partitioned(config_, options);
+  auto prepartitioned = take_partitioned(options);
   auto tensors = model_tensors(*module_, options.gather_units);
   for (size_t u = 0; u < options.gather_units.size(); ++u) {
     module_unit_.emplace(options.gather_units[u].get(), static_cast<int>(u));
-  }
-  for (auto& unit : prepartitioned) {
-    auto it = module_unit_.find(unit.module.get());
-    unit.unit = it == module_unit_.end() ? -1 : it->second;  // -1: the stage says it is not a gather unit
   }
   options.gather_units.clear();
   options.partitioned.reset();
@@ -104,12 +129,15 @@ Engine::Engine(ModelTensors model, Config config, InitOptions options) : config_
                                 "LibTorch modules; an engine built from ModelTensors takes ModelTensors::units");
   }
   check_supported(config_);
-  build(std::move(model), std::move(options), {});
+  auto prepartitioned = std::move(model.prepartitioned);
+  build(std::move(model), std::move(options), std::move(prepartitioned));
 }
 
 void Engine::build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned) {
   comm_ = std::move(options.comm);
   log_ = std::move(options.log);
+  dtype_ = to_scalar_type(config_.compute_dtype());
+  prepartitioned = adopt_prepartitioned(std::move(prepartitioned), model, config_, comm_.get());
   tune_host_malloc();  // once per process: the host-side blocks every step reuses stay in the heap
   const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
   if (!optimizer_config) {
@@ -118,7 +146,6 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   }
 
   // Cast first, then flatten: the flat buffers are allocated in the compute dtype and the params become views.
-  dtype_ = to_scalar_type(config_.compute_dtype());
   cast_floating(model, dtype_);
   std::vector<torch::Tensor> params;  // trainable: what ZeRO partitions and the optimizer updates
   std::vector<std::string> names;

@@ -33,6 +33,10 @@ void PartitionedInit::partition(const std::shared_ptr<torch::nn::Module>& unit) 
   units_.push_back(partition_unit(unit, *comm_, options_, persistence_threshold_, taken_));
 }
 
+PrepartitionedUnit PartitionedInit::partition_params(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
+  return partition_unit(params, *comm_, options_, persistence_threshold_, taken_);
+}
+
 std::vector<std::shared_ptr<torch::nn::Module>> PartitionedInit::units() const {
   std::vector<std::shared_ptr<torch::nn::Module>> out;
   for (const auto& unit : units_) out.push_back(unit.module);

@@ -1,5 +1,5 @@
 // partition_unit: flatten one unit's parameters in the layout ZeRO-3 gives its group, keep this rank's shard, and
-// release the rest.
+// release the rest; gather_whole / repartition move such a unit between its two states.
 #include "dscpp/zero/partition_unit.h"
 
 #include <limits>
@@ -10,23 +10,28 @@
 #include "dscpp/zero/returnable_memory.h"
 
 namespace dscpp {
+namespace {
 
-PrepartitionedUnit partition_unit(std::shared_ptr<torch::nn::Module> unit, Comm& comm,
+// What a partitioned parameter holds until the engine takes it: nothing, in its dtype and on its device.
+void make_empty(PrepartitionedUnit& unit) {
+  for (auto& p : unit.params) p.set_data(torch::empty({0}, unit.buffer.options()));
+}
+
+}  // namespace
+
+PrepartitionedUnit partition_unit(const std::vector<std::pair<std::string, torch::Tensor>>& candidates, Comm& comm,
                                   const torch::TensorOptions& options, int64_t persistence_threshold,
                                   std::unordered_set<const c10::TensorImpl*>& taken) {
-  if (!unit) throw std::invalid_argument("partition_unit: the unit is null");
   torch::NoGradGuard no_grad;
   PrepartitionedUnit out;
-  out.module = unit;
   std::vector<FlatLayout::Param> described;
-  for (const auto& item : unit->named_parameters(/*recurse=*/true)) {
-    const auto& p = item.value();
+  for (const auto& [name, p] : candidates) {
     // The same choice Stage 3 makes at initialize: small parameters persist (stay whole); frozen ones are not
     // ZeRO's to shard.
-    if (!p.requires_grad() || p.numel() < persistence_threshold) continue;
+    if (!p.defined() || !p.requires_grad() || p.numel() < persistence_threshold) continue;
     if (!taken.insert(p.unsafeGetTensorImpl()).second) continue;
     out.params.push_back(p);
-    described.push_back({item.key(), p.sizes().vec(), false});
+    described.push_back({name, p.sizes().vec(), false});
   }
   if (out.params.empty()) return out;
 
@@ -36,20 +41,58 @@ PrepartitionedUnit partition_unit(std::shared_ptr<torch::nn::Module> unit, Comm&
   out.buffer = returnable_zeros(group.numel, options);
   for (size_t i = 0; i < out.params.size(); ++i) {
     const auto& slot = layout.slots()[i];
-    out.buffer.narrow(0, slot.offset, slot.numel).copy_(out.params[i].detach().reshape(-1));
+    out.views.push_back(out.buffer.narrow(0, slot.offset, slot.numel).view(slot.shape));
+    out.views.back().copy_(out.params[i].detach());
   }
   comm.broadcast(out.buffer, 0).wait();
   out.shard = out.buffer.narrow(0, comm.rank() * group.shard_numel, group.shard_numel).clone();
-  for (size_t i = 0; i < out.params.size(); ++i) {
-    const auto& slot = layout.slots()[i];
-    out.params[i].set_data(out.buffer.narrow(0, slot.offset, slot.numel).view(slot.shape));
-  }
-  // The parameters' own storage went with set_data; this frees the buffer's, leaving only the shard.
+  // The parameters' own storage goes with this; release_storage frees the buffer's, leaving only the shard.
+  make_empty(out);
   compat::release_storage(out.buffer);
   // The unit's own tensors were heap chunks, now holes between the shards kept so far. glibc keeps such holes
   // resident, so a model built unit by unit could end up as resident as a whole one: give their pages back.
   trim_heap();
   return out;
+}
+
+PrepartitionedUnit partition_unit(std::shared_ptr<torch::nn::Module> unit, Comm& comm,
+                                  const torch::TensorOptions& options, int64_t persistence_threshold,
+                                  std::unordered_set<const c10::TensorImpl*>& taken) {
+  if (!unit) throw std::invalid_argument("partition_unit: the unit is null");
+  std::vector<std::pair<std::string, torch::Tensor>> candidates;
+  for (const auto& item : unit->named_parameters(/*recurse=*/true)) candidates.emplace_back(item.key(), item.value());
+  auto out = partition_unit(candidates, comm, options, persistence_threshold, taken);
+  out.module = std::move(unit);
+  return out;
+}
+
+void gather_whole(PrepartitionedUnit& unit, Comm& comm) {
+  if (unit.whole || unit.params.empty()) return;
+  torch::NoGradGuard no_grad;
+  allocate_returnable(unit.buffer, unit.buffer.numel() * unit.buffer.element_size());
+  comm.all_gather(unit.buffer, unit.shard).wait();
+  point_into_buffer(unit);
+  unit.whole = true;
+}
+
+void repartition(PrepartitionedUnit& unit, Comm& comm, int modifier_rank) {
+  if (!unit.whole) return;
+  torch::NoGradGuard no_grad;
+  if (modifier_rank >= 0) {
+    if (modifier_rank >= comm.world_size()) {
+      throw std::invalid_argument("modifier_rank " + std::to_string(modifier_rank) + " is not a rank of this job of " +
+                                  std::to_string(comm.world_size()));
+    }
+    comm.broadcast(unit.buffer, modifier_rank).wait();
+    unit.shard.copy_(unit.buffer.narrow(0, comm.rank() * unit.shard.numel(), unit.shard.numel()));
+  }
+  make_empty(unit);
+  compat::release_storage(unit.buffer);
+  unit.whole = false;
+}
+
+void point_into_buffer(PrepartitionedUnit& unit) {
+  for (size_t i = 0; i < unit.params.size(); ++i) unit.params[i].set_data(unit.views[i]);
 }
 
 }  // namespace dscpp

@@ -295,32 +295,57 @@ class Stage3 final : public ZeroStage {
     return out;
   }
 
-  // A unit built partitioned must hold exactly the parameters this stage groups for it, in the same order, or
-  // its shard would land in the wrong places. Checked before any parameter is read: theirs hold no memory.
+  // A unit built partitioned whose parameters are exactly the group this stage forms for them is adopted as it is:
+  // its shard moves into the partition. One regrouped since — a persistence threshold that now keeps its parameters
+  // whole, a leaf module that joins it with others, a parameter reassigned to another module — is gathered whole
+  // when the first group holding one of its parameters is built, and partitioned like any whole parameter.
   void match_prepartitioned(const std::vector<PrepartitionedUnit>& prepartitioned) {
+    std::unordered_map<const c10::TensorImpl*, size_t> index_of;
+    for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].unsafeGetTensorImpl(), i);
     prepartitioned_of_kind_.assign(placement_.kind_name.size(), -1);
+    regrouped_left_.assign(prepartitioned.size(), 0);
     for (size_t k = 0; k < prepartitioned.size(); ++k) {
       const auto& pre = prepartitioned[k];
-      if (pre.unit < 0 || pre.unit >= static_cast<int>(units_.size())) {
-        throw std::invalid_argument("ZeRO-3: a unit built partitioned (PartitionedInit) is not one of the gather "
-                                    "units; pass the units it partitioned (or none) as InitOptions::gather_units");
-      }
-      const size_t u = static_cast<size_t>(pre.unit);
-      const int kind = static_cast<int>(2 + u);
-      std::vector<const c10::TensorImpl*> grouped;
-      for (size_t i = 0; i < params_.size(); ++i) {
-        if (kinds_[i] == kind) grouped.push_back(params_[i].unsafeGetTensorImpl());
-      }
+      if (pre.params.empty()) continue;
       std::vector<const c10::TensorImpl*> built;
       for (const auto& p : pre.params) built.push_back(p.unsafeGetTensorImpl());
-      if (grouped != built) {
-        throw std::invalid_argument(
-            "ZeRO-3: unit " + units_[u].name + " was built partitioned with " + std::to_string(built.size()) +
-            " parameters, but the stage groups " + std::to_string(grouped.size()) + " for it: "
-            "zero_optimization.stage3_param_persistence_threshold or a parameter's requires_grad changed after "
-            "construction (build with the config given to dscpp::initialize)");
+      if (auto first = index_of.find(built.front()); first != index_of.end()) {
+        const int kind = kinds_[first->second];
+        if (kind >= 1 && prepartitioned_of_kind_[kind] < 0) {
+          std::vector<const c10::TensorImpl*> grouped;
+          for (size_t i = 0; i < params_.size(); ++i) {
+            if (kinds_[i] == kind) grouped.push_back(params_[i].unsafeGetTensorImpl());
+          }
+          if (grouped == built) {
+            prepartitioned_of_kind_[kind] = static_cast<int>(k);
+            continue;
+          }
+        }
       }
-      if (!built.empty()) prepartitioned_of_kind_[kind] = static_cast<int>(k);
+      // Parameters no longer in the model (reassigned away) are left as they are: nothing reaches them.
+      for (const auto* p : built) {
+        if (!index_of.count(p)) continue;
+        regrouped_of_.emplace(p, static_cast<int>(k));
+        ++regrouped_left_[k];
+      }
+    }
+  }
+
+  // Before a group is built whole: the regrouped units that hold its parameters are gathered (collective; every
+  // rank builds the groups in the same order). After: a unit whose parameters have all moved into groups gives its
+  // buffer's memory back.
+  void gather_regrouped(const ParamGroup& group, std::vector<PrepartitionedUnit>& prepartitioned) {
+    for (int i = group.param_begin; i < group.param_end; ++i) {
+      auto it = regrouped_of_.find(params_[i].unsafeGetTensorImpl());
+      if (it != regrouped_of_.end()) gather_whole(prepartitioned[it->second], *ctx_.comm);
+    }
+  }
+  void release_regrouped(const ParamGroup& group, std::vector<PrepartitionedUnit>& prepartitioned) {
+    for (int i = group.param_begin; i < group.param_end; ++i) {
+      auto it = regrouped_of_.find(params_[i].unsafeGetTensorImpl());
+      if (it != regrouped_of_.end() && --regrouped_left_[it->second] == 0) {
+        compat::release_storage(prepartitioned[it->second].buffer);
+      }
     }
   }
 
@@ -347,9 +372,11 @@ class Stage3 final : public ZeroStage {
         shard.copy_(pre.shard);
         pre.shard = torch::Tensor();
         groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded);
+        if (kind == 1) root_group_ = static_cast<int>(g);
         group_numel_.push_back(group.numel);
         continue;
       }
+      gather_regrouped(group, prepartitioned);
       auto buffer = returnable_zeros(group.numel, device_options());
       for (int i = group.param_begin; i < group.param_end; ++i) {
         const auto& slot = layout_->slots()[i];
@@ -362,6 +389,7 @@ class Stage3 final : public ZeroStage {
         const auto& slot = layout_->slots()[i];
         params_[i].set_data(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
       }
+      release_regrouped(group, prepartitioned);
       groups_.emplace_back(placement_.kind_name[kind], buffer, shard);
       if (kind == 0) {
         persistent_group_ = static_cast<int>(g);
@@ -551,6 +579,8 @@ class Stage3 final : public ZeroStage {
   std::vector<std::string> names_;
   std::vector<int> kinds_;
   std::vector<int> prepartitioned_of_kind_;  // per kind: index into PartitionedModel::prepartitioned, or -1
+  std::unordered_map<const c10::TensorImpl*, int> regrouped_of_;  // a regrouped unit's parameter → that unit
+  std::vector<int> regrouped_left_;  // per prepartitioned unit: its parameters not yet in a built group
   std::vector<GatherUnit> units_;
   std::unique_ptr<FlatLayout> layout_;
   torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group; none on NVMe

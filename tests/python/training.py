@@ -24,14 +24,18 @@ def ds_config(stage, grad_accum, world, dtype="fp32"):
     return config
 
 
-def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None, configure=None):
+def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None, configure=None,
+                  zero_init=False):
+    """The engine's per-step losses. `zero_init`: the model is built inside dscpp.zero.Init (partitioned)."""
+    import contextlib
     import dscpp
-    model = make_model(kind)
-    if prepare is not None:
-        prepare(model)
     config = ds_config(stage, grad_accum, world, dtype)
     if configure is not None:
         configure(config)
+    with dscpp.zero.Init(config_dict_or_path=config) if zero_init else contextlib.nullcontext():
+        model = make_model(kind)
+    if prepare is not None:
+        prepare(model)
     engine, _, _, _ = dscpp.initialize(model=model, config=config)
     losses = []
     for batch in global_batches(kind, steps, MICRO * grad_accum * world):

@@ -48,8 +48,8 @@ struct InitOptions {
   // from ModelTensors takes its units from ModelTensors::units.
   std::vector<std::shared_ptr<torch::nn::Module>> gather_units;
   // ZeRO-3: the model was built partitioned through this (DeepSpeed's zero.Init). Its units become the gather
-  // units (when gather_units is empty; otherwise they must be among them), its comm the engine's, and its shards
-  // the stage's partition. Needs zero_optimization.stage 3.
+  // units (when gather_units is empty), its comm the engine's, and its shards the stage's partition (a unit the
+  // gather units regroup is gathered whole while its new group is built). Needs zero_optimization.stage 3.
   std::shared_ptr<PartitionedInit> partitioned;
   // activation_checkpointing.partition_activations: the ranks whose activations are the same (a tensor- or
   // sequence-parallel group, DeepSpeed's mpu), over which each checkpointed input is split. Data-parallel ranks see

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dscpp/zero/gather_unit.h"
+#include "dscpp/zero/partition_unit.h"
 
 namespace dscpp {
 
@@ -25,6 +26,8 @@ struct ModelTensors {
   std::vector<NamedTensor> params;
   std::vector<NamedTensor> buffers;  // running statistics, masks: rank 0's values on every rank, never trained
   std::vector<GatherUnit> units;     // ZeRO-3's units, in the order given (ignored by stages 0-2)
+  // Units built partitioned (zero.Init), in any order: ZeRO-3 adopts their shards (needs stage 3).
+  std::vector<PrepartitionedUnit> prepartitioned;
 };
 
 // The tensors of a LibTorch module. Each of `units` must be a submodule of `model` (or the model itself):

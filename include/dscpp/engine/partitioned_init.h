@@ -3,8 +3,8 @@
 //
 // LibTorch has no hook into module construction, so the model's constructor calls partition(unit) itself as each
 // gather unit (a transformer block) is complete and initialised. Every rank then takes rank 0's values of the
-// unit, keeps its 1/N shard in the compute dtype and frees the rest; the parameters stay registered, holding no
-// memory, as ZeRO-3 leaves a unit between uses. A rank holds at most its shards so far, one unit whole, and the
+// unit, keeps its 1/N shard in the compute dtype and frees the rest; the parameters stay registered as 0-element
+// tensors until the engine takes the shards. A rank holds at most its shards so far, one unit whole, and the
 // parameters outside every unit (embeddings, final norm), which dscpp::initialize partitions as before.
 //
 //   auto zero_init = std::make_shared<dscpp::PartitionedInit>(config);    // joins the job
@@ -20,7 +20,9 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <string>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "dscpp/comm/comm.h"
@@ -40,6 +42,11 @@ class PartitionedInit {
   // `unit` is built and initialised: keep this rank's shard of it and free the rest. Collective: every rank calls
   // it for the same units in the same order. Throws std::logic_error once the units went to dscpp::initialize.
   void partition(const std::shared_ptr<torch::nn::Module>& unit);
+
+  // The Python front end's way (dscpp.zero.Init): `params` (one module's own, named) cut down as one unit, which is
+  // returned rather than kept; the caller hands it to the engine with the model's tensors
+  // (ModelTensors::prepartitioned). Collective, as partition().
+  PrepartitionedUnit partition_params(const std::vector<std::pair<std::string, torch::Tensor>>& params);
 
   const std::shared_ptr<Comm>& comm() const { return comm_; }
   torch::ScalarType dtype() const { return c10::typeMetaToScalarType(options_.dtype()); }

@@ -172,8 +172,8 @@ struct PartitionedModel {
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
   std::vector<GatherUnit> units;  // in order
-  // Units built already partitioned (partition_unit), each naming its unit: the stage takes their shards instead of
-  // reading values.
+  // Units built already partitioned (partition_unit), their parameters pointing into their released buffers: the
+  // stage takes their shards instead of reading values.
   std::vector<PrepartitionedUnit> prepartitioned;
 };
 
@@ -181,8 +181,8 @@ struct PartitionedModel {
 // for its forward, again for its backward, and released after each; gradients are reduce-scattered as each
 // group's backward finishes. Every rank starts from rank 0's values. Reads the stage3_* settings of `zero`
 // (elements): prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance.
-// Throws std::invalid_argument when a prepartitioned unit's parameters are not the group the stage forms for that
-// unit (the persistence threshold or a requires_grad changed after it was partitioned).
+// A prepartitioned unit whose parameters are the group the stage forms for them is adopted as it is; one regrouped
+// since (another persistence threshold, other units) is gathered whole while its parameters' new group is built.
 std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero);
 
 }  // namespace dscpp

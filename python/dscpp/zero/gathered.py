@@ -3,11 +3,15 @@ ZeRO-3 keeps sharded. Inside it each parameter's .data is its whole value (assem
 collective, so every rank enters with the same parameters, outside a forward); on exit the modifier rank's values
 are broadcast and written into every rank's master and shards, and the parameters hold no memory again. Under
 stages 0-2 the parameters are whole already; with modifier_rank the engine's master copy is updated from them too.
-Parameters no engine trains are left alone, as DeepSpeed leaves unpartitioned ones."""
+Parameters built by zero.Init and not yet given to initialize are gathered from their units the same way (on exit
+cut down again, with the modifier rank's values). Other parameters are left alone, as DeepSpeed leaves unpartitioned
+ones."""
 import weakref
 
 import torch
 import torch.distributed as dist
+
+from . import init as zero_init
 
 # Which engine trains each parameter, by id (set by DeepSpeedEngine; our metadata stays off the tensors). Weak
 # references to the engines, checked against the engine's own parameters, so a stale id of a dead parameter never
@@ -36,6 +40,7 @@ class GatheredParameters:
         self._enabled = enabled
         self._engine = None
         self._saved = []
+        self._units = []  # zero.Init units this context gathered
 
     def __enter__(self):
         if not self._enabled:
@@ -44,6 +49,7 @@ class GatheredParameters:
         if len(engines) > 1:
             raise ValueError("GatheredParameters: the parameters belong to different engines; gather them apart")
         if not engines:
+            self._gather_built_units()
             return None
         self._engine = next(iter(engines.values()))
         self._params = [p for p in self._params if _owner(p) is self._engine]
@@ -53,7 +59,23 @@ class GatheredParameters:
                 p.data = self._engine._engine.whole_parameter(p)
         return None
 
+    def _gather_built_units(self):
+        seen = set()
+        for p in self._params:
+            record = zero_init.record_of(p)
+            if record is None or id(record.unit) in seen or record.unit.whole:
+                continue  # not zero.Init's, or whole already (read since): left as it is
+            seen.add(id(record.unit))
+            record.init.gather(record.unit)
+            self._units.append(record)
+
     def __exit__(self, *exc):
+        if self._units:
+            units, self._units = self._units, []
+            modifier = self._modifier_rank if self._modifier_rank is not None and exc[0] is None else -1
+            for record in units:
+                record.init.repartition(record.unit, modifier)
+            return False
         if self._engine is None:
             return False
         try:

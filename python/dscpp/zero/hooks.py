@@ -72,5 +72,6 @@ def install(model, engine, units):
         handles.append(module.register_forward_pre_hook(functools.partial(_enter, engine, index)))
         handles.append(module.register_forward_hook(functools.partial(_leave, engine, index)))
     for module in model.modules():
-        module._parameters = _FetchingParameters(module._parameters, engine.fetch_param)
+        # From items(): building from the mapping would read each parameter through the old dict's __getitem__.
+        module._parameters = _FetchingParameters(module._parameters.items(), engine.fetch_param)
     return handles

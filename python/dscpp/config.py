@@ -37,14 +37,20 @@ def resolve_config(args, config, config_params):
     if config is None:
         raise ValueError("dscpp.initialize: no DeepSpeed config: pass config= (a path or a dict) or "
                          "args with --deepspeed_config")
+    return dict_or_path(config, "dscpp.initialize", "config")
+
+
+def dict_or_path(config, caller, argument):
+    """A config given as a dict (deep-copied: a clear error if it is not JSON) or a path (which must exist), as
+    (dict_or_None, path_or_None); `caller` and `argument` name the call in errors."""
     if isinstance(config, dict):
-        return json.loads(json.dumps(config)), None  # a deep copy, and a clear error if it is not JSON
+        return json.loads(json.dumps(config)), None
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"dscpp.initialize: the DeepSpeed config file {path} does not exist")
+            raise FileNotFoundError(f"{caller}: the DeepSpeed config file {path} does not exist")
         return None, path
-    raise TypeError(f"dscpp.initialize: config must be a path or a dict, got {type(config).__name__}")
+    raise TypeError(f"{caller}: {argument} must be a path or a dict, got {type(config).__name__}")
 
 
 def load_json(path):

@@ -30,6 +30,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ..comm import engine_comm_arguments, init_distributed
+from ..config import dict_or_path
 from .hooks import _FetchingParameters
 
 # Each partitioned parameter, by id: (the parameter, its unit, the PartitionedInit that cut it). The unit's C++ side
@@ -234,14 +235,8 @@ class Init:
                 raise ValueError(f"dscpp.zero.Init: dtype {dtype} is not one ZeRO trains in (float32, float16, "
                                  "bfloat16)")
             config = dict(train_micro_batch_size_per_gpu=1, zero_optimization={"stage": 3}, **section)
-        if isinstance(config, dict):
-            return json.dumps(config), False
-        if isinstance(config, (str, os.PathLike)):
-            path = os.fspath(config)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(f"dscpp.zero.Init: the DeepSpeed config file {path} does not exist")
-            return path, True
-        raise TypeError(f"dscpp.zero.Init: config_dict_or_path must be a path or a dict, got {type(config).__name__}")
+        as_dict, path = dict_or_path(config, "dscpp.zero.Init", "config_dict_or_path")
+        return (path, True) if path is not None else (json.dumps(as_dict), False)
 
     def _wrap(self, cls):
         init = cls.__dict__.get("__init__")

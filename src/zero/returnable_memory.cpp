@@ -2,10 +2,12 @@
 #include "dscpp/zero/returnable_memory.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <new>
@@ -18,50 +20,84 @@ namespace {
 
 struct Mapping {
   void* address;
-  size_t length;
+  size_t length;  // whole pages
 };
 
 // Freed mappings kept for the next buffer of the same length. ZeRO-3 frees a block's buffer and needs one of the
 // same size again a moment later; mapping afresh each time faults every page in again (bench/zero3_overhead went
-// from 1.0x to 1.3x of ZeRO-2's step time that way). A new mapping is made only when no idle one fits, so the
-// cache never holds more than was once in use at the same time, and it keeps at most kIdle of them.
+// from 1.0x to 1.3x of ZeRO-2's step time that way). The bound is in bytes, not a count: idle and in-use mappings
+// together never exceed the most that was once in use at the same time, so the cache costs no memory beyond the
+// peak the process reached anyway. (A count of 4 thrashed on per-Linear units: Python's GPT frees a dozen
+// buffers of three lengths per step, and 36 of them a step were unmapped and faulted in again.) Lengths are whole
+// pages, so buffers that differ by less than a page share mappings.
 class MappingCache {
  public:
-  static constexpr size_t kIdle = 4;
-
-  // A mapping of `length` bytes; `zeroed` tells whether it is known to be all zeros (a fresh one is).
+  // A mapping of at least `length` bytes; `zeroed` tells whether it is known to be all zeros (a fresh one is).
   Mapping take(size_t length, bool& zeroed) {
+    length = whole_pages(length);
+    std::vector<Mapping> evicted;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      for (size_t i = 0; i < idle_.size(); ++i) {
+      // The most recently freed one first: its pages are the likeliest to be in the cache.
+      for (size_t i = idle_.size(); i-- > 0;) {
         if (idle_[i].length != length) continue;
         const Mapping m = idle_[i];
         idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(i));
+        idle_bytes_ -= length;
+        in_use_bytes_ += length;
         zeroed = false;
         return m;
       }
+      in_use_bytes_ += length;
+      peak_bytes_ = std::max(peak_bytes_, in_use_bytes_);
+      // Oldest first, until idle and in use fit under the peak again.
+      size_t drop = 0;
+      while (drop < idle_.size() && idle_bytes_ + in_use_bytes_ > peak_bytes_) idle_bytes_ -= idle_[drop++].length;
+      evicted.assign(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(drop));
+      idle_.erase(idle_.begin(), idle_.begin() + static_cast<std::ptrdiff_t>(drop));
     }
+    for (const auto& m : evicted) ::munmap(m.address, m.length);
     void* address = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (address == MAP_FAILED) throw std::bad_alloc();
+    if (address == MAP_FAILED) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      in_use_bytes_ -= length;
+      throw std::bad_alloc();
+    }
     zeroed = true;  // anonymous private pages read as zero until written
     return {address, length};
   }
 
   // Called from DataPtr deleters, on whichever thread drops the last reference.
   void give_back(const Mapping& m) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_use_bytes_ -= m.length;
+    idle_bytes_ += m.length;
+    idle_.push_back(m);
+  }
+
+  // Unmaps every idle mapping (trim_heap: after one-time phases whose buffers will not come back).
+  void drop_idle() {
+    std::vector<Mapping> evicted;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (idle_.size() < kIdle) {
-        idle_.push_back(m);
-        return;
-      }
+      evicted.swap(idle_);
+      idle_bytes_ = 0;
+      peak_bytes_ = in_use_bytes_;  // what the phase needed says nothing about what comes next
     }
-    ::munmap(m.address, m.length);
+    for (const auto& m : evicted) ::munmap(m.address, m.length);
   }
 
  private:
+  static size_t whole_pages(size_t length) {
+    static const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    return (std::max<size_t>(length, 1) + page - 1) / page * page;
+  }
+
   std::mutex mutex_;
-  std::vector<Mapping> idle_;
+  std::vector<Mapping> idle_;  // oldest first
+  size_t idle_bytes_ = 0;
+  size_t in_use_bytes_ = 0;
+  size_t peak_bytes_ = 0;
 };
 
 MappingCache& cache() {
@@ -77,7 +113,7 @@ void release(void* context) {
 
 c10::DataPtr map(size_t nbytes, bool zero) {
   bool zeroed = false;
-  const Mapping m = cache().take(nbytes == 0 ? 1 : nbytes, zeroed);
+  const Mapping m = cache().take(nbytes, zeroed);
   if (zero && !zeroed) std::memset(m.address, 0, m.length);
   return c10::DataPtr(m.address, new Mapping(m), &release, c10::Device(c10::kCPU));
 }
@@ -106,6 +142,7 @@ void allocate_returnable(const torch::Tensor& tensor, size_t nbytes) {
 }
 
 void trim_heap() {
+  cache().drop_idle();
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif

@@ -6,8 +6,9 @@
 // from the heap, where small long-lived tensors (activations saved for backward, shards) land between them and pin
 // the holes: the freed memory stays resident and the heap grows step by step (measured on 4 ranks with 24 blocks
 // of 12.6 MB: one training step grew each rank's RSS by 270 MB while 45 MB of heap was in use). A freed mapping
-// waits in a small cache (at most 4) for the next buffer of its length, which saves faulting its pages in again;
-// beyond that it is unmapped. Other devices use their own allocator (CUDA's caching allocator reuses blocks too).
+// waits in a cache for the next buffer of its length (in whole pages), which saves faulting its pages in again;
+// idle and in-use mappings together stay within the most that was once in use at the same time, and trim_heap
+// unmaps the idle ones. Other devices use their own allocator (CUDA's caching allocator reuses blocks too).
 #pragma once
 
 #include <torch/torch.h>
@@ -25,8 +26,9 @@ torch::Tensor returnable_zeros(int64_t numel, const torch::TensorOptions& option
 // compat::release_storage for tensors made by returnable_zeros.
 void allocate_returnable(const torch::Tensor& tensor, size_t nbytes);
 
-// Gives the free pages inside the C heap back to the system (glibc's malloc_trim; nothing elsewhere). For one-time
-// points that leave large holes behind, e.g. after a unit is built partitioned: it walks the whole heap.
+// Gives the free pages inside the C heap back to the system (glibc's malloc_trim; nothing elsewhere), and unmaps the
+// idle returnable mappings. For one-time points that leave large holes or buffers behind that will not be needed
+// again, e.g. after a unit is built partitioned: it walks the whole heap.
 void trim_heap();
 
 }  // namespace dscpp

@@ -8,6 +8,7 @@
 //   _allgather_base  -> allgather into world_size views of the flat output (Gloo copies into the views).
 #include "process_group_comm.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <sstream>
@@ -100,7 +101,10 @@ std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t
   std::vector<int64_t> all(values.size() * static_cast<size_t>(world_size_));
   try {
     store_->set(key(call, rank_), std::vector<uint8_t>(bytes, bytes + values.size() * sizeof(int64_t)));
+    std::copy(values.begin(), values.end(), all.begin() + static_cast<std::ptrdiff_t>(rank_ * values.size()));
     for (int r = 0; r < world_size_; ++r) {
+      // Our own values need no round trip through the store (one get in three fewer for two ranks).
+      if (r == rank_) continue;
       const auto got = store_->get(key(call, r));  // waits for rank r, up to the store's timeout
       if (got.size() != values.size() * sizeof(int64_t)) {
         throw CommError(prefix() + "side_all_gather #" + std::to_string(call) + ": rank " + std::to_string(r) +

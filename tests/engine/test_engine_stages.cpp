@@ -158,6 +158,21 @@ std::function<void(std::shared_ptr<torch::nn::Module>)> partition_into(const std
   return [init](std::shared_ptr<torch::nn::Module> unit) { init->partition(unit); };
 }
 
+// Trains `model` under `options` and `config` on `rows` rows of regression data, 8 a micro-step, and returns its
+// parameters as the engine holds them (gathered, under ZeRO-3).
+std::map<std::string, torch::Tensor> train_stack(Stack& model, const Config& config, InitOptions options,
+                                                 int64_t rows) {
+  auto engine = initialize(model.ptr(), config, std::move(options));
+  auto [x, y] = regression_data(rows);
+  for (int64_t row = 0; row < x.size(0); row += 8) {
+    engine->backward(engine->forward([&] { return model->loss(*engine, x.narrow(0, row, 8), y.narrow(0, row, 8)); }));
+    engine->step();
+  }
+  std::map<std::string, torch::Tensor> out;
+  engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { out[name] = p.detach().clone(); });
+  return out;
+}
+
 TEST(EngineStages, Stage3BuiltPartitionedTrainsExactlyAsBuiltWhole) {
   const auto config = config_from(config_json(3, 2));
   auto train = [&](bool partitioned) {
@@ -176,15 +191,7 @@ TEST(EngineStages, Stage3BuiltPartitionedTrainsExactlyAsBuiltWhole) {
       model = Stack();
       options.gather_units = {model->fc1.ptr(), model->fc2.ptr()};
     }
-    auto engine = initialize(model.ptr(), config, options);
-    auto [x, y] = regression_data(4 * 16);
-    for (int64_t row = 0; row < x.size(0); row += 8) {
-      engine->backward(engine->forward([&] { return model->loss(*engine, x.narrow(0, row, 8), y.narrow(0, row, 8)); }));
-      engine->step();
-    }
-    std::map<std::string, torch::Tensor> out;
-    engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { out[name] = p.detach().clone(); });
-    return out;
+    return train_stack(model, config, options, 4 * 16);
   };
   const auto whole = train(false);
   const auto partitioned = train(true);
@@ -210,15 +217,7 @@ std::map<std::string, torch::Tensor> stack_parameters(const std::string& json, b
   }
   options.gather_units = {model->fc1.ptr()};
   if (!fc1_only) options.gather_units.push_back(model->fc2.ptr());
-  auto engine = initialize(model.ptr(), config, options);
-  auto [x, y] = regression_data(steps * 8);
-  for (int64_t row = 0; row < x.size(0); row += 8) {
-    engine->backward(engine->forward([&] { return model->loss(*engine, x.narrow(0, row, 8), y.narrow(0, row, 8)); }));
-    engine->step();
-  }
-  std::map<std::string, torch::Tensor> out;
-  engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { out[name] = p.detach().clone(); });
-  return out;
+  return train_stack(model, config, options, steps * 8);
 }
 
 void expect_same(const std::map<std::string, torch::Tensor>& a, const std::map<std::string, torch::Tensor>& b) {

@@ -41,6 +41,8 @@ class LoggedComm final : public Comm {
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override {
     return inner_->side_all_gather(values);  // store traffic, not a collective on the process group
   }
+  std::unique_ptr<SideStream> open_side_stream() override { return inner_->open_side_stream(); }
+  void interrupt(std::exception_ptr error) override { inner_->interrupt(std::move(error)); }
 
  private:
   static double seconds_since(Clock::time_point start) {

@@ -107,7 +107,7 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
   // NCCL has every feature natively; Gloo's are probed, as init_comm does.
   const BackendFeatures features = backend == "nccl" ? BackendFeatures{true, true, true}
                                                      : probe_features(*base, world_size);
-  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features);
+  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features, key_prefix);
 }
 
 }  // namespace dscpp

@@ -77,13 +77,14 @@ torch::Tensor movable(const torch::Tensor& t, bool native_bf16) {
 
 ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group,
                                    c10::intrusive_ptr<c10d::Store> store, std::string backend, int rank,
-                                   int world_size, BackendFeatures features)
+                                   int world_size, BackendFeatures features, std::string stream_prefix)
     : group_(std::move(group)),
       store_(std::move(store)),
       backend_(std::move(backend)),
       rank_(rank),
       world_size_(world_size),
-      features_(features) {}
+      features_(features),
+      stream_prefix_(std::move(stream_prefix)) {}
 
 ProcessGroupComm::~ProcessGroupComm() = default;
 
@@ -135,7 +136,28 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
     throw CommError(prefix() + what + " could not start: " + reason(e));
   }
   std::string context = prefix() + what;
-  return Handle([work, context, finish = std::move(finish)] {
+  // Gloo's wait blocks this thread until the peers take part, so it waits on the Work's future instead, which
+  // interrupt() can cut short. (NCCL's wait only orders streams: nothing to interrupt.)
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  if (backend_ == "gloo") {
+    try {
+      future = work->getFuture();
+    } catch (const std::exception&) {
+      future.reset();  // a Work without a future: a plain, uninterruptible wait
+    }
+  }
+  if (future) {
+    future->addCallback([interrupt = interrupt_](c10::ivalue::Future&) {
+      std::lock_guard<std::mutex> lock(interrupt->mutex);
+      interrupt->changed.notify_all();
+    });
+  }
+  return Handle([work, future, interrupt = interrupt_, context, finish = std::move(finish)] {
+    if (future) {
+      std::unique_lock<std::mutex> lock(interrupt->mutex);
+      interrupt->changed.wait(lock, [&] { return future->completed() || interrupt->error; });
+      if (!future->completed()) std::rethrow_exception(interrupt->error);
+    }
     try {
       work->wait();
     } catch (const std::exception& e) {
@@ -144,6 +166,99 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
     }
     if (finish) finish();
   });
+}
+
+void ProcessGroupComm::interrupt(std::exception_ptr error) {
+  std::lock_guard<std::mutex> lock(interrupt_->mutex);
+  if (!interrupt_->error) interrupt_->error = std::move(error);
+  interrupt_->changed.notify_all();
+}
+
+namespace {
+
+// The TCPStore under `store`'s PrefixStores, or null.
+c10d::TCPStore* tcp_store_under(c10d::Store* store) {
+  while (store != nullptr) {
+    if (auto* tcp = dynamic_cast<c10d::TCPStore*>(store)) return tcp;
+    auto* prefixed = dynamic_cast<c10d::PrefixStore*>(store);
+    if (prefixed == nullptr) return nullptr;
+    store = prefixed->getUnderlyingStore().get();
+  }
+  return nullptr;
+}
+
+// Keys "<name>/<index>/<from>/<to>": one copy of a record per reader, deleted by it once read.
+class StoreSideStream final : public SideStream {
+ public:
+  StoreSideStream(const c10d::TCPStore& server, std::chrono::milliseconds timeout, std::string name, int rank,
+                  int world_size)
+      : name_(std::move(name)), rank_(rank) {
+    if (rank == 0) {
+      for (int r = 1; r < world_size; ++r) peers_.push_back(r);
+    } else {
+      peers_.push_back(0);
+    }
+    c10d::TCPStoreOptions options;
+    options.port = server.getPort();
+    options.isServer = false;
+    options.waitWorkers = false;
+    options.timeout = timeout;
+    try {
+      poster_ = c10::make_intrusive<c10d::TCPStore>(server.getHost(), options);
+      reader_ = c10::make_intrusive<c10d::TCPStore>(server.getHost(), options);
+    } catch (const std::exception& e) {
+      throw CommError(where() + "could not connect to the rendezvous store: " + reason(e));
+    }
+  }
+
+  const std::vector<int>& peers() const override { return peers_; }
+
+  void post(int64_t index, const std::vector<int64_t>& values) override {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+    const std::vector<uint8_t> value(bytes, bytes + values.size() * sizeof(int64_t));
+    try {
+      for (int peer : peers_) poster_->set(key(index, rank_, peer), value);
+    } catch (const std::exception& e) {
+      throw CommError(where() + "posting record " + std::to_string(index) + " failed: " + reason(e) +
+                      ". A peer rank probably died; see its log.");
+    }
+  }
+
+  std::vector<int64_t> read(int rank, int64_t index) override {
+    const std::string k = key(index, rank, rank_);
+    std::vector<uint8_t> got;
+    try {
+      got = reader_->get(k);
+      reader_->deleteKey(k);
+    } catch (const std::exception& e) {
+      throw CommError(where() + "reading rank " + std::to_string(rank) + "'s record " + std::to_string(index) +
+                      " failed: " + reason(e) + ". A peer rank probably died; see its log.");
+    }
+    std::vector<int64_t> values(got.size() / sizeof(int64_t));
+    std::memcpy(values.data(), got.data(), values.size() * sizeof(int64_t));
+    return values;
+  }
+
+ private:
+  std::string key(int64_t index, int from, int to) const {
+    return name_ + "/" + std::to_string(index) + "/" + std::to_string(from) + "/" + std::to_string(to);
+  }
+  std::string where() const { return "rank " + std::to_string(rank_) + ": side stream " + name_ + ": "; }
+
+  std::string name_;
+  int rank_;
+  std::vector<int> peers_;
+  c10::intrusive_ptr<c10d::TCPStore> poster_;  // used by the posting thread only
+  c10::intrusive_ptr<c10d::TCPStore> reader_;  // used by the reading thread only
+};
+
+}  // namespace
+
+std::unique_ptr<SideStream> ProcessGroupComm::open_side_stream() {
+  const auto* server = tcp_store_under(store_.get());
+  if (server == nullptr || world_size_ == 1) return nullptr;
+  const std::string name = "dscpp/" + stream_prefix_ + "stream/" + std::to_string(streams_++);
+  return std::make_unique<StoreSideStream>(*server, store_->getTimeout(), name, rank_, world_size_);
 }
 
 Handle ProcessGroupComm::all_reduce(torch::Tensor& tensor, ReduceOp op) {

@@ -3,6 +3,12 @@
 // LibTorch's Gloo lacks (see BackendFeatures) behind fallbacks, so callers see one behaviour on every LibTorch.
 #pragma once
 
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
 #include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
 
@@ -19,8 +25,11 @@ struct BackendFeatures {
 class ProcessGroupComm final : public Comm {
  public:
   // `store` is kept alive as long as the group (rank 0 hosts it). `features` must be identical on every rank.
+  // `stream_prefix` names this comm's side streams in the store (make_comm_over's key_prefix): comms over one
+  // store must use different ones.
   ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group, c10::intrusive_ptr<c10d::Store> store,
-                   std::string backend, int rank, int world_size, BackendFeatures features);
+                   std::string backend, int rank, int world_size, BackendFeatures features,
+                   std::string stream_prefix = "");
   // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
   // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
   ~ProcessGroupComm() override;
@@ -36,8 +45,17 @@ class ProcessGroupComm final : public Comm {
   Handle broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override;
+  // Over two connections of its own to the TCPStore under `store` (none when it is not a TCPStore).
+  std::unique_ptr<SideStream> open_side_stream() override;
+  void interrupt(std::exception_ptr error) override;
 
  private:
+  // What interrupt() raises, shared with the waits of collectives still pending when the comm is gone.
+  struct Interrupt {
+    std::mutex mutex;
+    std::condition_variable changed;  // a collective finished, or the error was set
+    std::exception_ptr error;
+  };
   using Issue = std::function<c10::intrusive_ptr<c10d::Work>()>;
   // Starts a collective (`issue`) and returns a Handle whose wait() waits on the Work, then runs `finish` (the
   // fallbacks' copy-out). `what` is e.g. "all_reduce of 7 x float32", used in error messages.
@@ -52,6 +70,9 @@ class ProcessGroupComm final : public Comm {
   int world_size_;
   BackendFeatures features_;
   int64_t side_calls_ = 0;  // side_all_gather calls so far: names its store keys
+  std::string stream_prefix_;
+  int64_t streams_ = 0;  // side streams opened so far: names their keys
+  std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
 };
 
 // Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks

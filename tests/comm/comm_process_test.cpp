@@ -185,6 +185,22 @@ TEST(CommProcessTest, StuckPeerTimesOutTheCollective) {
   EXPECT_NE(ranks[0].out.find("rank 0/2: all_reduce of 7 x bfloat16 failed: "), std::string::npos) << ranks[0].out;
 }
 
+// A watcher thread's interrupt() stops a wait on a collective the peer has not joined, with the watcher's error.
+TEST(CommProcessTest, InterruptStopsAWaitWithItsError) {
+  const auto ranks = run_job("interrupted", 2, {0, 1}, 1.0, std::chrono::seconds(60));
+  ASSERT_EQ(ranks[0].code, 0) << ranks[0].out << ranks[0].err;
+  EXPECT_EQ(ranks[1].code, 0) << ranks[1].err;
+  EXPECT_NE(ranks[0].out.find("interrupted: the watcher stopped it"), std::string::npos) << ranks[0].out;
+}
+
+// Side streams carry each rank's records, in order, between rank 0 and every other rank.
+TEST(CommProcessTest, SideStreamCarriesRecordsBetweenRankZeroAndEachRank) {
+  const auto ranks = run_job("side_stream", 3, all_ranks(3), 1.0, std::chrono::seconds(60));
+  for (size_t r = 0; r < ranks.size(); ++r) ASSERT_EQ(ranks[r].code, 0) << ranks[r].out << ranks[r].err;
+  EXPECT_NE(ranks[0].out.find("rank 0 read 6 records"), std::string::npos) << ranks[0].out;
+  EXPECT_NE(ranks[2].out.find("rank 2 read 3 records"), std::string::npos) << ranks[2].out;
+}
+
 }  // namespace
 }  // namespace dscpp::testing
 

@@ -45,6 +45,12 @@ void expect_equal(const std::string& what, const torch::Tensor& got, const torch
   throw Mismatch(msg.str());
 }
 
+std::vector<int> all_but_zero(int world) {
+  std::vector<int> out;
+  for (int r = 1; r < world; ++r) out.push_back(r);
+  return out;
+}
+
 const char* op_name(ReduceOp op) { return op == ReduceOp::kSum ? "sum" : op == ReduceOp::kMax ? "max" : "min"; }
 
 std::string label(const char* coll, torch::ScalarType dtype, int64_t n, const char* extra = "") {
@@ -176,6 +182,55 @@ int peer_stuck() {
   return 2;
 }
 
+// Rank 0 waits on an all_reduce that rank 1 has not joined; another thread interrupts the comm, and the wait must
+// throw the interrupting error. Only then (told through the store) does rank 1 join, so the collective completes
+// and both ranks exit cleanly.
+int interrupted() {
+  const auto env = DistEnv::from_env();
+  auto comm = init_comm(env, CommBackend::kGloo);
+  auto t = torch::ones({1000});
+  if (env.rank == 1) {
+    comm->side_all_gather({0});
+    comm->all_reduce(t).wait();
+    return 0;
+  }
+  auto pending = comm->all_reduce(t);
+  std::thread watcher([&] { comm->interrupt(std::make_exception_ptr(std::runtime_error("the watcher stopped it"))); });
+  watcher.join();
+  try {
+    pending.wait();
+  } catch (const std::runtime_error& e) {
+    std::cout << "interrupted: " << e.what() << "\n";
+    comm->side_all_gather({1});
+    return 0;
+  }
+  std::cerr << "rank 0: an interrupted all_reduce returned\n";
+  return 2;
+}
+
+// Each rank posts three records to a side stream and reads its peers' (rank 0 every rank's, the others rank 0's).
+int side_stream() {
+  const auto env = DistEnv::from_env();
+  auto comm = init_comm(env, CommBackend::kGloo);
+  auto stream = comm->open_side_stream();
+  if (!stream) throw std::runtime_error("no side stream over a TCPStore");
+  const std::vector<int> want_peers = env.rank == 0 ? all_but_zero(env.world_size) : std::vector<int>{0};
+  if (stream->peers() != want_peers) throw Mismatch("rank " + std::to_string(env.rank) + ": unexpected peers");
+  for (int64_t i = 0; i < 3; ++i) stream->post(i, {env.rank, i, 100 + i});
+  for (int64_t i = 0; i < 3; ++i) {
+    for (int peer : stream->peers()) {
+      const auto got = stream->read(peer, i);
+      if (got != std::vector<int64_t>{peer, i, 100 + i}) {
+        throw Mismatch("rank " + std::to_string(env.rank) + ": record " + std::to_string(i) + " of rank " +
+                       std::to_string(peer) + " is wrong");
+      }
+    }
+  }
+  comm->barrier();  // rank 0 hosts the store: nobody leaves before every record is read
+  std::cout << "rank " << env.rank << " read " << 3 * stream->peers().size() << " records\n";
+  return 0;
+}
+
 // Start-up with a rank missing: init_comm itself must fail within DEEPSPEED_TIMEOUT.
 int missing_peer() {
   try {
@@ -196,6 +251,8 @@ int run_worker(const std::string& scenario) {
     if (scenario == "peer_dies") return peer_dies();
     if (scenario == "peer_stuck") return peer_stuck();
     if (scenario == "missing_peer") return missing_peer();
+    if (scenario == "interrupted") return interrupted();
+    if (scenario == "side_stream") return side_stream();
     std::cerr << "unknown worker scenario '" << scenario << "'\n";
   } catch (const std::exception& e) {
     std::cerr << "worker " << scenario << " failed: " << e.what() << "\n";

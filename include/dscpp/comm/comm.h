@@ -52,6 +52,22 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Records of a few integers that ranks post to each other in order, over the rendezvous store on connections of
+// the stream's own, so one thread can post without waiting while another reads (a store runs one operation at a
+// time per connection, and a read waits for its key). Records go between rank 0 and every other rank: rank 0
+// reads every rank's, the others read rank 0's, so each record has one reader, who deletes it.
+class SideStream {
+ public:
+  virtual ~SideStream() = default;
+  // The ranks whose records this rank reads, and who read this rank's.
+  virtual const std::vector<int>& peers() const = 0;
+  // This rank's record number `index` (0, 1, 2, … in order), to every peer. Returns once it is sent.
+  virtual void post(int64_t index, const std::vector<int64_t>& values) = 0;
+  // Peer `rank`'s record `index`, once it is posted (up to the store's timeout); throws CommError when the store
+  // is lost.
+  virtual std::vector<int64_t> read(int rank, int64_t index) = 0;
+};
+
 class Comm {
  public:
   virtual ~Comm() = default;
@@ -74,6 +90,16 @@ class Comm {
   // a few round trips to the store; for a handful of integers (ZeRO-3's order check), not for data. Every rank
   // calls it the same number of times.
   virtual std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) = 0;
+
+  // A SideStream among these ranks, or null where there is no store to carry one (then callers exchange with
+  // side_all_gather). Every rank opens its streams in the same order. Not collective: it only connects.
+  virtual std::unique_ptr<SideStream> open_side_stream() { return nullptr; }
+
+  // Makes every wait() in progress on this comm's collectives, and every later one whose collective has not
+  // finished, throw `error`: for a watcher thread that learns the ranks can no longer pair their collectives (the
+  // ZeRO-3 order check), so a rank blocked in a collective its peers will never join stops with the reason
+  // instead of a timeout. Where waits cannot be interrupted (NCCL's wait does not block the host), nothing.
+  virtual void interrupt(std::exception_ptr /*error*/) {}
 };
 
 // One process, no peers: every collective is the identity (or a copy). Used when WORLD_SIZE is unset or 1.

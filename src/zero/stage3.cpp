@@ -12,7 +12,8 @@
 //   backward            each parameter's gradient goes into its group's bucket; a group whose gradients are all in
 //                       is released and, in descending group order, reduce-scattered into this rank's shard
 //   after_backward      reduce what is left, wait, release every non-persistent group
-// Every demand (and boundary) is checked across ranks first (OrderCheck), so ranks that diverge stop with an error
+// Every demand (and boundary) is checked across ranks (OrderCheck: a demand the gather record predicted is compared
+// behind; any other demand, and each boundary, waits for the comparison), so ranks that diverge stop with an error
 // instead of pairing mismatched collectives.
 #include <algorithm>
 #include <chrono>
@@ -82,7 +83,9 @@ class Stage3 final : public ZeroStage {
     trim_heap();
     master_ = std::make_unique<ShardedMaster>(ctx_, *layout_, partition_);
     if (ctx_.make_param_store) move_partition_to_store();
-    check_ = std::make_unique<OrderCheck>(ctx_.comm, [this](int64_t g) { return group_name(g); });
+    std::vector<std::string> group_names;
+    for (size_t g = 0; g < groups_.size(); ++g) group_names.push_back(group_name(static_cast<int64_t>(g)));
+    check_ = std::make_unique<OrderCheck>(ctx_.comm, std::move(group_names));
     in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
     const size_t n_groups = groups_.size();
     used_.assign(n_groups, false);
@@ -473,8 +476,17 @@ class Stage3 final : public ZeroStage {
 
   // Group g is needed now: gather it (or wait for its prefetch), then gather ahead what the record says follows.
   void demand(int g) {
-    check_->expect_same({OrderPoint::kDemand, g, micro_steps_, demands_++});
-    order_.demand(g);
+    // A demand the record predicted only posts its point: ranks that follow the record issue the same collectives,
+    // and the check runs behind. One that departs from the record, or traces a new one, waits until every rank's
+    // point is compared, so no rank issues a collective its peers may not: a rank that departs alone stops there,
+    // and the others' extra gathers fail once it is gone instead of pairing with anything.
+    const bool predicted = order_.demand(g);
+    const OrderPoint point{OrderPoint::kDemand, g, micro_steps_, demands_++};
+    if (predicted) {
+      check_->post(point);
+    } else {
+      check_->expect_same(point);
+    }
     used_[g] = true;
     if (groups_[g].state() != GatheredGroup::State::kGathered) {
       if (groups_[g].state() == GatheredGroup::State::kSharded) ++timers_.gathers;

@@ -47,6 +47,18 @@ std::string reason(const std::exception& e) {
   return text;
 }
 
+// Integers as a store value and back (side_all_gather and side streams).
+std::vector<uint8_t> to_bytes(const std::vector<int64_t>& values) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
+  return std::vector<uint8_t>(bytes, bytes + values.size() * sizeof(int64_t));
+}
+
+std::vector<int64_t> from_bytes(const std::vector<uint8_t>& bytes) {
+  std::vector<int64_t> values(bytes.size() / sizeof(int64_t));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(int64_t));
+  return values;
+}
+
 c10d::ReduceOp to_c10d(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return c10d::ReduceOp::SUM;
@@ -98,21 +110,19 @@ std::string ProcessGroupComm::prefix() const {
 std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t>& values) {
   const int64_t call = side_calls_++;
   auto key = [](int64_t c, int r) { return "dscpp/side/" + std::to_string(c) + "/" + std::to_string(r); };
-  const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
   std::vector<int64_t> all(values.size() * static_cast<size_t>(world_size_));
   try {
-    store_->set(key(call, rank_), std::vector<uint8_t>(bytes, bytes + values.size() * sizeof(int64_t)));
+    store_->set(key(call, rank_), to_bytes(values));
     std::copy(values.begin(), values.end(), all.begin() + static_cast<std::ptrdiff_t>(rank_ * values.size()));
     for (int r = 0; r < world_size_; ++r) {
       // Our own values need no round trip through the store (one get in three fewer for two ranks).
       if (r == rank_) continue;
-      const auto got = store_->get(key(call, r));  // waits for rank r, up to the store's timeout
-      if (got.size() != values.size() * sizeof(int64_t)) {
+      const auto got = from_bytes(store_->get(key(call, r)));  // waits for rank r, up to the store's timeout
+      if (got.size() != values.size()) {
         throw CommError(prefix() + "side_all_gather #" + std::to_string(call) + ": rank " + std::to_string(r) +
-                        " sent " + std::to_string(got.size() / sizeof(int64_t)) + " values, this rank " +
-                        std::to_string(values.size()));
+                        " sent " + std::to_string(got.size()) + " values, this rank " + std::to_string(values.size()));
       }
-      std::memcpy(all.data() + r * values.size(), got.data(), got.size());
+      std::copy(got.begin(), got.end(), all.begin() + static_cast<std::ptrdiff_t>(r * values.size()));
     }
     if (call >= 2) store_->deleteKey(key(call - 2, rank_));
   } catch (const CommError&) {
@@ -214,8 +224,7 @@ class StoreSideStream final : public SideStream {
   const std::vector<int>& peers() const override { return peers_; }
 
   void post(int64_t index, const std::vector<int64_t>& values) override {
-    const auto* bytes = reinterpret_cast<const uint8_t*>(values.data());
-    const std::vector<uint8_t> value(bytes, bytes + values.size() * sizeof(int64_t));
+    const auto value = to_bytes(values);
     try {
       for (int peer : peers_) poster_->set(key(index, rank_, peer), value);
     } catch (const std::exception& e) {
@@ -234,9 +243,7 @@ class StoreSideStream final : public SideStream {
       throw CommError(where() + "reading rank " + std::to_string(rank) + "'s record " + std::to_string(index) +
                       " failed: " + reason(e) + ". A peer rank probably died; see its log.");
     }
-    std::vector<int64_t> values(got.size() / sizeof(int64_t));
-    std::memcpy(values.data(), got.data(), values.size() * sizeof(int64_t));
-    return values;
+    return from_bytes(got);
   }
 
  private:

@@ -14,7 +14,11 @@ namespace {
 
 using RankPoint = std::pair<int, OrderPoint>;
 
+constexpr size_t kPacked = 4;  // the integers of one point
+
 std::vector<int64_t> pack(const OrderPoint& p) { return {p.kind, p.group, p.micro_step, p.index}; }
+
+OrderPoint unpack(const int64_t* v) { return OrderPoint{v[0], v[1], v[2], v[3]}; }
 
 bool operator==(const OrderPoint& a, const OrderPoint& b) {
   return a.kind == b.kind && a.group == b.group && a.micro_step == b.micro_step && a.index == b.index;
@@ -80,8 +84,10 @@ void check_points(const std::shared_ptr<OrderCheck::State>& s) {
     try {
       for (int peer : s->stream->peers()) {
         const auto v = s->stream->read(peer, i);
-        if (v.size() != 4) throw CommError("order check: rank " + std::to_string(peer) + " sent a malformed point");
-        ranks.push_back({peer, OrderPoint{v[0], v[1], v[2], v[3]}});
+        if (v.size() != kPacked) {
+          throw CommError("order check: rank " + std::to_string(peer) + " sent a malformed point");
+        }
+        ranks.push_back({peer, unpack(v.data())});
       }
     } catch (...) {
       failure = std::current_exception();
@@ -175,14 +181,9 @@ void OrderCheck::expect_same(const OrderPoint& point) {
     return;
   }
   // No stream: every rank's point through side_all_gather, here and now.
-  const std::vector<int64_t> mine = pack(point);
-  const auto all = comm_->side_all_gather(mine);
-  const size_t n = mine.size();
+  const auto all = comm_->side_all_gather(pack(point));
   std::vector<RankPoint> ranks;
-  for (int r = 0; r < comm_->world_size(); ++r) {
-    const size_t at = static_cast<size_t>(r) * n;
-    ranks.push_back({r, OrderPoint{all[at], all[at + 1], all[at + 2], all[at + 3]}});
-  }
+  for (int r = 0; r < comm_->world_size(); ++r) ranks.push_back({r, unpack(all.data() + r * kPacked)});
   for (const auto& [r, p] : ranks) {
     if (!(p == point)) throw disagreement(comm_->rank(), point, ranks, state_->names);
   }

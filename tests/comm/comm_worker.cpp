@@ -182,7 +182,7 @@ int peer_stuck() {
   return 2;
 }
 
-// Rank 0 waits on an all_reduce that rank 1 has not joined; another thread interrupts the comm, and the wait must
+// Rank 0 starts an all_reduce that rank 1 has not joined; another thread interrupts the comm, and the wait must
 // throw the interrupting error. Only then (told through the store) does rank 1 join, so the collective completes
 // and both ranks exit cleanly.
 int interrupted() {

@@ -146,20 +146,20 @@ PYBIND11_MODULE(_C, m) {
           py::arg("values"), py::call_guard<py::gil_scoped_release>())
       .def(
           "checkpoint",
-          [](Engine& e, py::function block, const torch::Tensor& input) {
+          [](Engine& e, py::function block, const std::vector<torch::Tensor>& inputs) {
             // The block runs now (GIL held) and again during backward, where the engine runs without the GIL; the
             // autograd graph keeps it and may drop it without the GIL too, so its last reference takes the GIL.
             std::shared_ptr<py::function> held(new py::function(std::move(block)), [](py::function* f) {
               py::gil_scoped_acquire gil;
               delete f;
             });
-            auto run = [held](const torch::Tensor& x) {
+            auto run = [held](const std::vector<torch::Tensor>& xs) {
               py::gil_scoped_acquire gil;
-              return (*held)(x).cast<torch::Tensor>();
+              return (*held)(xs).cast<std::vector<torch::Tensor>>();
             };
-            return e.checkpoint(run, input);
+            return e.checkpoint(ActivationCheckpointing::ListBlock(run), inputs);
           },
-          py::arg("block"), py::arg("input"))
+          py::arg("block"), py::arg("inputs"))
       .def("is_gradient_accumulation_boundary", &Engine::is_gradient_accumulation_boundary)
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("world_size", &Engine::world_size)

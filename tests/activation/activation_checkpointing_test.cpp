@@ -160,6 +160,73 @@ TEST(ActivationCheckpointing, ContiguousErrorsNameTheKeys) {
   EXPECT_THROW(ActivationCheckpointing(config, nullptr), ConfigError);
 }
 
+// A block of three inputs (an activation, a second activation, integer indices) and three results (one computed,
+// one that is an input returned as it is, the indices moved on), twice in a row; only the first two results of the
+// last block reach the loss. Plain or checkpointed: the loss, both inputs' gradients, the parameters' gradients and
+// the next draw are the same.
+Result run_list_blocks(ActivationCheckpointing* checkpointing) {
+  torch::manual_seed(21);
+  std::vector<DropoutBlock> blocks(2);
+  auto x = torch::randn({6, 16}).requires_grad_(true);
+  auto h = torch::randn({6, 16}).requires_grad_(true);
+  auto index = torch::randint(0, 6, {6}, torch::kLong);
+  torch::manual_seed(22);
+  if (checkpointing) checkpointing->begin_forward();
+  std::vector<torch::Tensor> values{x, h, index};
+  for (auto& block : blocks) {
+    auto run = [unit = block.ptr()](const std::vector<torch::Tensor>& in) {
+      auto mixed = unit->forward(in[0]).index_select(0, in[2]) * torch::tanh(in[1]);
+      return std::vector<torch::Tensor>{mixed, in[1], (in[2] + 1).remainder(6)};
+    };
+    values = checkpointing ? checkpointing->checkpoint(ActivationCheckpointing::ListBlock(run), values) : run(values);
+  }
+  EXPECT_FALSE(values[2].requires_grad()) << "integer results have no gradient history";
+  Result r;
+  r.loss = (values[0] * values[0]).mean() + values[1].sin().sum();
+  r.loss.backward();
+  r.input_grad = torch::cat({x.grad(), h.grad()});
+  for (auto& block : blocks) {
+    for (const auto& p : block->parameters()) r.param_grads.push_back(p.grad().clone());
+  }
+  r.next_draw = torch::rand({4});
+  return r;
+}
+
+TEST(ActivationCheckpointing, BlocksOfSeveralInputsAndResultsTrainTheSame) {
+  const auto plain = run_list_blocks(nullptr);
+  ActivationCheckpointing checkpointing({}, nullptr);
+  expect_same(plain, run_list_blocks(&checkpointing));
+  EXPECT_EQ(checkpointing.stats().recomputes, 2);
+  // Each checkpoint kept x-like (384 B), h-like (384 B) and the indices (48 B): two at once at the peak.
+  EXPECT_EQ(checkpointing.stats().peak_saved_bytes, 2 * (2 * 6 * 16 * 4 + 6 * 8));
+  EXPECT_EQ(checkpointing.stats().saved_bytes, 0);
+
+  ActivationCheckpointingConfig config;
+  config.cpu_checkpointing = true;
+  config.contiguous_memory_optimization = true;
+  config.number_checkpoints = 2;
+  ActivationCheckpointing kept_apart(config, nullptr);
+  expect_same(plain, run_list_blocks(&kept_apart));
+  expect_same(plain, run_list_blocks(&kept_apart));  // the slots of both activations are reused
+  EXPECT_EQ(kept_apart.stats().recomputes, 4);
+}
+
+TEST(ActivationCheckpointing, ResultsThatDoNotReachTheLossPassNothingBack) {
+  ActivationCheckpointing checkpointing({}, nullptr);
+  DropoutBlock block;
+  auto x = torch::randn({5, 16}).requires_grad_(true);
+  auto run = [unit = block.ptr()](const std::vector<torch::Tensor>& in) {
+    return std::vector<torch::Tensor>{unit->forward(in[0]), in[0] * 2};
+  };
+  auto out = checkpointing.checkpoint(ActivationCheckpointing::ListBlock(run), {x});
+  ASSERT_EQ(out.size(), 2u);
+  out[1].sum().backward();  // only the second result: x's gradient is 2, the block's parameters get none
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({5, 16}, 2.0)));
+  EXPECT_FALSE(block->fc1->weight.grad().defined());
+  EXPECT_EQ(checkpointing.stats().recomputes, 1);
+  EXPECT_THROW(checkpointing.checkpoint(ActivationCheckpointing::ListBlock(run), {}), std::invalid_argument);
+}
+
 // partition_activations over two real processes that hold the same activations (as a tensor-parallel group does):
 // each keeps half of every input (the odd element count pads one slot), and training matches no checkpointing.
 int run_partition_worker() {

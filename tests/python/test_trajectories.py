@@ -68,6 +68,38 @@ def test_activation_checkpointing_recomputes_and_trains_the_same(stage):
     assert len(calls) == 2 * 2 * STEPS  # two blocks, each run forward and again in backward, every step
 
 
+@pytest.mark.parametrize("stage", [0, 3])
+def test_activation_checkpointing_of_several_arguments_and_results(stage):
+    """checkpoint(function, x, mask, scale, tag): the tensors are kept (a boolean mask as it is, the activation in
+    the config's contiguous slots on the CPU), the others passed again; a list result holding a string and a tensor
+    that never reaches the loss comes back as a tuple, and training is the plain loop's."""
+    import torch
+    import dscpp
+    results = []
+
+    def wrapped(block, x):
+        keep = torch.ones(x.shape[:-1], dtype=torch.bool)
+
+        def run(y, mask, scale, tag):
+            out = block(y) * mask.unsqueeze(-1) * scale
+            return [out, tag, out.detach().norm()]
+        result = dscpp.checkpointing.checkpoint(run, x, keep, 1.0, "tag")
+        results.append(result)
+        return result[0]
+
+    def prepare(model):
+        model.checkpoint = wrapped
+
+    def configure(config):
+        config["activation_checkpointing"] = {"cpu_checkpointing": True, "contiguous_memory_optimization": True,
+                                              "number_checkpoints": 2}
+    expected = reference_losses("gpt", 1, 1, STEPS)
+    got = engine_losses("gpt", stage, 1, 1, 0, STEPS, prepare=prepare, configure=configure)
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+    assert len(results) == 2 * STEPS
+    assert all(type(r) is tuple and r[1] == "tag" and isinstance(r[2], torch.Tensor) for r in results)
+
+
 @pytest.mark.parametrize("stage,offload", [(2, {"offload_optimizer": {"device": "cpu"}}),
                                            (3, {"offload_optimizer": {"device": "nvme", "nvme_path": "NVME"},
                                                 "offload_param": {"device": "nvme", "nvme_path": "NVME"}})])

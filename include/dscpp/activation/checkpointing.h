@@ -5,6 +5,9 @@
 //
 //   auto y = checkpointing.checkpoint([block](const torch::Tensor& x) { return block->forward(x); }, x);
 //
+// A block of several tensors (hidden states and a mask, say) and several results goes through the list form; each
+// floating-point input is kept as below, any other (integer indices, a boolean mask) as it is.
+//
 // The config's activation_checkpointing section chooses where the kept input lives:
 //   partition_activations           each rank of `partition_group` keeps 1/N of it; all-gathered before the recompute
 //   cpu_checkpointing               in host memory (pinned where a GPU exists); copied back before the recompute
@@ -20,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
@@ -38,6 +42,7 @@ struct CheckpointStats {
 class ActivationCheckpointing {
  public:
   using Block = std::function<torch::Tensor(const torch::Tensor& input)>;
+  using ListBlock = std::function<std::vector<torch::Tensor>(const std::vector<torch::Tensor>& inputs)>;
 
   // `partition_group`: the ranks that hold the same activations (a tensor- or sequence-parallel group), over which
   // partition_activations splits each kept input. Null or one rank: nothing to split. Throws ConfigError for
@@ -52,6 +57,11 @@ class ActivationCheckpointing {
   // Without grad mode (evaluation) it is a plain call. With partition_activations every rank of the group must
   // checkpoint the same blocks in the same order, forward and backward, with inputs of the same shape.
   torch::Tensor checkpoint(Block block, const torch::Tensor& input);
+
+  // The same over several inputs and results: block(inputs), keeping only `inputs`. The gradient of every input that
+  // requires it flows from whichever results reach the loss; results that are not floating point come back without
+  // a gradient history, as torch.utils.checkpoint's do. Empty `inputs` is an error (there would be nothing to keep).
+  std::vector<torch::Tensor> checkpoint(ListBlock block, const std::vector<torch::Tensor>& inputs);
 
   // A new forward starts: contiguous_memory_optimization hands out its slots from the first again. The engine
   // calls it at each Engine::forward.

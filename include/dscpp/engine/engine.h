@@ -110,6 +110,11 @@ class Engine {
   torch::Tensor checkpoint(ActivationCheckpointing::Block block, const torch::Tensor& input) {
     return checkpointing_->checkpoint(std::move(block), input);
   }
+  // The same for a block of several tensor inputs and results (the Python front end's checkpoint(function, *args)).
+  std::vector<torch::Tensor> checkpoint(ActivationCheckpointing::ListBlock block,
+                                        const std::vector<torch::Tensor>& inputs) {
+    return checkpointing_->checkpoint(std::move(block), inputs);
+  }
   CheckpointStats checkpoint_stats() const { return checkpointing_->stats(); }
 
   // comms_logger: what every collective of this rank cost so far (null when the logger is off). Its summary is also

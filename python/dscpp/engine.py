@@ -196,26 +196,29 @@ class DeepSpeedEngine:
                         load_lr_scheduler_states=True, load_module_only=False, custom_load_fn=None):
         """Collective. Loads load_dir/<tag> (default: the tag `latest` names), written by any world size, ZeRO stage,
         or by gpt-train. Returns (path, client_state); (None, None) when load_dir has no `latest` and no tag was
-        given, as DeepSpeed does."""
-        if not load_lr_scheduler_states:
-            raise NotImplementedError("load_checkpoint(load_lr_scheduler_states=False) is not supported: the "
-                                      "schedule's position is the step count, which a load restores")
-        if not load_module_strict or load_module_only or custom_load_fn is not None:
-            raise NotImplementedError("load_checkpoint: load_module_strict=False, load_module_only=True and "
-                                      "custom_load_fn are not supported (load_optimizer_states=False keeps the "
-                                      "optimizer as it is)")
+        given, as DeepSpeed does.
+
+        load_optimizer_states=False keeps this engine's optimizer state; load_lr_scheduler_states=False keeps its
+        schedule position (a new engine's schedule starts over) and its client scheduler; load_module_only=True loads
+        the weights alone (counters, optimizer, schedule, loss scaler stay); load_module_strict=False lets the model
+        and the checkpoint differ in which parameters they have (shared ones must agree in shape)."""
+        if custom_load_fn is not None:
+            raise NotImplementedError("load_checkpoint: custom_load_fn is not supported (the weights load into the "
+                                      "engine's partitions directly, with no module state_dict to hand it); use "
+                                      "load_module_strict=False, or set values with dscpp.zero.GatheredParameters")
         load_dir = os.fspath(load_dir)
         if tag is None and not os.path.isfile(os.path.join(load_dir, "latest")):
             warnings.warn(f"dscpp: unable to find latest file at {os.path.join(load_dir, 'latest')}, if trying to "
                           "load latest checkpoint please pass an explicit tag")
             return None, None
         path, _, client_state = self._engine.load_checkpoint(
-            load_dir, "" if tag is None else str(tag), load_optimizer_states)
+            load_dir, "" if tag is None else str(tag), bool(load_optimizer_states), bool(load_lr_scheduler_states),
+            bool(load_module_only), bool(load_module_strict))
         self._forwarded = self._backwarded = False
         client_state = json.loads(client_state)
         if isinstance(client_state, dict) and _SCHEDULER_KEY in client_state:
             scheduler_state = client_state.pop(_SCHEDULER_KEY)
-            if self.lr_scheduler is not None and load_lr_scheduler_states:
+            if self.lr_scheduler is not None and load_lr_scheduler_states and not load_module_only:
                 self.lr_scheduler.load_state_dict(scheduler_state)
                 for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                     group["lr"] = lr

@@ -187,14 +187,18 @@ PYBIND11_MODULE(_C, m) {
           py::arg("save_dir"), py::arg("tag"), py::arg("client_state_json"), py::call_guard<py::gil_scoped_release>())
       .def(
           "load_checkpoint",
-          [](Engine& e, const std::string& dir, const std::string& tag, bool load_optimizer_states) {
+          [](Engine& e, const std::string& dir, const std::string& tag, bool load_optimizer_states,
+             bool load_lr_scheduler_states, bool load_module_only, bool load_module_strict) {
             CheckpointLoadOptions options;
             options.load_optimizer_states = load_optimizer_states;
+            options.load_lr_scheduler_states = load_lr_scheduler_states;
+            options.load_module_only = load_module_only;
+            options.load_module_strict = load_module_strict;
             const auto loaded = e.load_checkpoint(dir, tag, options);
             return std::make_tuple(loaded.path, loaded.tag, loaded.client_state.dump());
           },
-          py::arg("load_dir"), py::arg("tag"), py::arg("load_optimizer_states"),
-          py::call_guard<py::gil_scoped_release>())
+          py::arg("load_dir"), py::arg("tag"), py::arg("load_optimizer_states"), py::arg("load_lr_scheduler_states"),
+          py::arg("load_module_only"), py::arg("load_module_strict"), py::call_guard<py::gil_scoped_release>())
       .def("save_16bit_model", &Engine::save_16bit_model, py::arg("path"), py::call_guard<py::gil_scoped_release>());
 
   m.def(

@@ -61,7 +61,7 @@ nlohmann::json Manifest::to_json() const {
           {"skipped_steps", skipped_steps},
           {"global_samples", global_samples},
           {"optimizer", {{"type", optimizer}, {"step_count", optimizer_step_count}, {"state", optimizer_state}}},
-          {"scheduler", {{"type", scheduler}, {"position", global_steps - skipped_steps}}},
+          {"scheduler", {{"type", scheduler}, {"position", scheduler_position}}},
           {"loss_scaler",
            {{"type", loss_scaler.type},
             {"scale", loss_scaler.scale},
@@ -108,7 +108,9 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   m.optimizer = get<std::string>(optimizer, "type", source, "optimizer");
   m.optimizer_step_count = get<int64_t>(optimizer, "step_count", source, "optimizer");
   m.optimizer_state = get<std::vector<std::string>>(optimizer, "state", source, "optimizer");
-  m.scheduler = get<std::string>(get<nlohmann::json>(json, "scheduler", source), "type", source, "scheduler");
+  const auto scheduler = get<nlohmann::json>(json, "scheduler", source);
+  m.scheduler = get<std::string>(scheduler, "type", source, "scheduler");
+  m.scheduler_position = get<int64_t>(scheduler, "position", source, "scheduler");
   const auto scaler = get<nlohmann::json>(json, "loss_scaler", source);
   m.loss_scaler.type = get<std::string>(scaler, "type", source, "loss_scaler");
   m.loss_scaler.scale = get<double>(scaler, "scale", source, "loss_scaler");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "dscpp/activation/rng_state.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
@@ -46,12 +47,15 @@ void all_or_none(Comm& comm, const std::string& what, const std::function<void()
 std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10::IntArrayRef(shape)); }
 
 // Throws unless the checkpoint holds exactly this model's trainable parameters, with the same shapes.
-void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, const std::string& source) {
+// `strict` false: only the parameters both have must agree (in shape), as torch's load_state_dict(strict=False).
+void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, const std::string& source,
+                      bool strict) {
   std::map<std::string, const ParamEntry*> ours;
   for (const auto& p : params) ours.emplace(p.name, &p);
   for (const auto& p : m.params) {
     auto it = ours.find(p.name);
     if (it == ours.end()) {
+      if (!strict) continue;
       throw CheckpointError(source + ": written for a different model: it has parameter '" + p.name +
                             "', this model does not");
     }
@@ -61,9 +65,10 @@ void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, 
     }
     ours.erase(it);
   }
-  if (!ours.empty()) {
+  if (strict && !ours.empty()) {
     throw CheckpointError(source + ": written for a different model: this model has parameter '" +
-                          ours.begin()->first + "', the checkpoint does not");
+                          ours.begin()->first + "', the checkpoint does not (load_module_strict = false keeps its "
+                          "value)");
   }
 }
 
@@ -229,6 +234,7 @@ Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohman
   m.optimizer_step_count = s_.optimizer.step_count();
   m.optimizer_state = s_.optimizer.state_kinds();
   m.scheduler = s_.config.scheduler ? s_.config.scheduler->type : "";
+  m.scheduler_position = s_.progress.schedule_steps;
   const auto scaler = s_.scaler.state();
   m.loss_scaler = {s_.scaler.name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
   m.params = s_.params;
@@ -259,20 +265,26 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
   // parameter covers (group padding) keep this engine's values.
   const auto kinds = s_.optimizer.state_kinds();
+  const bool optimizer_states = options.load_optimizer_states && !options.load_module_only;
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
+  std::set<std::string> saved;  // the parameters the checkpoint has (all of this model's, when strict)
+  for (const auto& p : m.params) saved.insert(p.name);
+  int64_t kept_params = 0;
+  for (const auto& p : s_.params) kept_params += saved.count(p.name) ? 0 : 1;
   all_or_none(s_.comm, "load_checkpoint", [&] {
     const auto& layout = s_.stage.layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
-      for (size_t k = 0; k <= (options.load_optimizer_states ? kinds.size() : 0); ++k) {
+      if (!saved.count(name)) continue;  // load_module_strict = false: it keeps this engine's value and state
+      for (size_t k = 0; k <= (optimizer_states ? kinds.size() : 0); ++k) {
         // Files are read on the host; the engine copies into device partitions at the commit.
         auto values = torch::empty({want.numel}, torch::kFloat32);
         checkpoint->read_range(k == 0 ? kMasterKind : kinds[k - 1], name, want.param_begin, values);
         writes.push_back({static_cast<int>(k), master_offset(want), values});
       }
     }
-    if (rank() < m.world_size) {
+    if (rank() < m.world_size && !options.load_module_only) {
       rng_state = checkpoint->read(rank(), kRngTensor);
       if (s_.device.is_cuda() && m.files[rank()].tensor_crc32.count(kRngCudaTensor)) {
         cuda_rng_state = checkpoint->read(rank(), kRngCudaTensor);
@@ -282,21 +294,24 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
   commit_master_writes(writes);
-  if (options.load_optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
-  restore_progress(m, rng_state, cuda_rng_state);
+  if (optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
+  if (!options.load_module_only) restore_progress(m, rng_state, cuda_rng_state, options.load_lr_scheduler_states);
   loaded.client_state = m.client_state;
-  s_.log("[deepspeed.cpp] loaded checkpoint " + loaded.path + " (step " + std::to_string(s_.progress.global_steps) +
-         ", written by " + std::to_string(m.world_size) + " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")");
+  s_.log("[deepspeed.cpp] loaded " + std::string(options.load_module_only ? "the weights of " : "") + "checkpoint " +
+         loaded.path + " (step " + std::to_string(m.global_steps) + ", written by " + std::to_string(m.world_size) +
+         " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")" +
+         (kept_params ? "; " + std::to_string(kept_params) + " parameters it does not have keep their values" : ""));
   return loaded;
 }
 
-// Counters (and so the schedule's position), the loss scaler and this rank's generators.
+// Counters (and the schedule's position, unless it stays), the loss scaler and this rank's generators.
 void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_state,
-                                    const torch::Tensor& cuda_rng_state) {
+                                    const torch::Tensor& cuda_rng_state, bool schedule_position) {
   s_.progress.global_steps = m.global_steps;
   s_.progress.micro_steps = m.micro_steps;
   s_.progress.skipped_steps = m.skipped_steps;
   s_.progress.global_samples = m.global_samples;
+  if (schedule_position) s_.progress.schedule_steps = m.scheduler_position;
   if (m.loss_scaler.type == s_.scaler.name()) {
     s_.scaler.load_state({m.loss_scaler.scale, m.loss_scaler.iteration, m.loss_scaler.last_overflow_iteration,
                          m.loss_scaler.hysteresis});
@@ -321,8 +336,8 @@ void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_
 
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
                                     const std::string& source) const {
-  check_same_model(m, s_.params, source);
-  if (options.load_optimizer_states &&
+  check_same_model(m, s_.params, source, options.load_module_strict);
+  if (options.load_optimizer_states && !options.load_module_only &&
       (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
     std::string kinds;
     for (const auto& k : m.optimizer_state) kinds += (kinds.empty() ? "" : ", ") + k;

@@ -306,7 +306,7 @@ bool Engine::is_gradient_accumulation_boundary() const {
   return (progress_.micro_steps + 1) % config_.batch.grad_accum == 0;
 }
 
-double Engine::lr() const { return schedule_->lr_at(progress_.global_steps - progress_.skipped_steps); }
+double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps); }
 
 void Engine::set_lr(double lr) {
   if (config_.scheduler) {
@@ -423,7 +423,7 @@ bool Engine::step() {
 }
 
 void Engine::update(StepReport& report) {
-  const int64_t t = progress_.global_steps - progress_.skipped_steps;  // schedule position: completed, non-skipped
+  const int64_t t = progress_.schedule_steps;  // the steps the schedule has applied (skipped ones not)
   report.lr = schedule_->lr_at(t);
   report.loss_scale = scaler_->scale();
   ++progress_.global_steps;
@@ -470,6 +470,7 @@ void Engine::update(StepReport& report) {
     optimizer_->step(stage_->master_params(), grads, report.lr);
     stage_->publish_params();
   }
+  ++progress_.schedule_steps;
   stage_->zero_grads();
   add_time(Phase::kStep, step_start);
 }

@@ -15,17 +15,42 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::unique_ptr<Engine> make_engine(const std::string& optimizer, int grad_accum = 1) {
-  auto model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+std::unique_ptr<Engine> make_engine(const std::string& optimizer, int grad_accum = 1,
+                                    std::shared_ptr<torch::nn::Module> model = nullptr,
+                                    const std::string& scheduler = "") {
+  if (!model) model = std::make_shared<torch::nn::LinearImpl>(8, 4);
   model->to(test_device());
   const auto config = Config::from_string(R"({"train_batch_size": )" + std::to_string(2 * grad_accum) +
                                           R"(, "train_micro_batch_size_per_gpu": 2, "optimizer": {"type": ")" +
-                                          optimizer + R"(", "params": {"lr": 0.1}}})");
+                                          optimizer + R"(", "params": {"lr": 0.1}})" +
+                                          (scheduler.empty() ? "" : ", \"scheduler\": " + scheduler) + "}");
   InitOptions init;
   init.comm = make_single_process_comm();
   init.log = [](const std::string&) {};
   return initialize(model, config, init);
 }
+
+// One optimizer step of `engine` over `model` on a fixed batch.
+void train_step(Engine& engine, torch::nn::Module& model) {
+  const auto x = torch::arange(16, torch::TensorOptions().dtype(torch::kFloat32).device(test_device())).view({2, 8});
+  engine.backward(engine.forward([&] {
+    torch::Tensor out = x;
+    for (const auto& child : model.children()) out = child->as<torch::nn::Linear>()->forward(out);
+    if (auto* linear = model.as<torch::nn::Linear>()) out = linear->forward(x);
+    return out.pow(2).mean();
+  }));
+  engine.step();
+}
+
+// A Linear(8, width) named "fc", with or without a parameter "extra" beside it.
+struct FcImpl : torch::nn::Module {
+  FcImpl(int64_t width, bool extra) {
+    fc = register_module("fc", torch::nn::Linear(8, width));
+    if (extra) this->extra = register_parameter("extra", torch::full({3}, 5.0));
+  }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor extra;
+};
 
 // The CPU generator always; the GPU's too when training on one (dropout there draws from it).
 TEST(EngineCheckpoint, RestoresGeneratorsAndClientState) {
@@ -87,6 +112,106 @@ TEST(EngineCheckpoint, SaveAndLoadOnlyAtAnAccumulationBoundary) {
     } catch (const std::logic_error& e) {
       EXPECT_NE(std::string(e.what()).find("inside an accumulation of 2"), std::string::npos) << e.what();
     }
+  }
+}
+
+// DeepSpeed's load_lr_scheduler_states=False: the step counters are the checkpoint's, the schedule keeps this
+// engine's position (a new engine's warmup starts over), and the position a later save writes is that one.
+TEST(EngineCheckpoint, WithoutSchedulerStatesTheScheduleKeepsThisEnginesPosition) {
+  const auto dir = temp_dir("engine_checkpoint_schedule");
+  const std::string warmup =
+      R"({"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.1, "warmup_num_steps": 10,
+          "warmup_type": "linear"}})";
+  auto model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+  auto engine = make_engine("AdamW", 1, model, warmup);
+  const double lr0 = engine->lr();
+  for (int i = 0; i < 3; ++i) train_step(*engine, *model);
+  const double lr3 = engine->lr();
+  ASSERT_NE(lr3, lr0);
+  engine->save_checkpoint((dir / "ckpt").string(), "three");
+
+  auto resumed = make_engine("AdamW", 1, nullptr, warmup);
+  resumed->load_checkpoint((dir / "ckpt").string());
+  EXPECT_EQ(resumed->global_steps(), 3);
+  EXPECT_EQ(resumed->lr(), lr3);
+
+  auto restarted_model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+  auto restarted = make_engine("AdamW", 1, restarted_model, warmup);
+  train_step(*restarted, *restarted_model);  // this engine's own schedule stands at 1
+  const double lr1 = restarted->lr();
+  CheckpointLoadOptions keep_schedule;
+  keep_schedule.load_lr_scheduler_states = false;
+  restarted->load_checkpoint((dir / "ckpt").string(), "", keep_schedule);
+  EXPECT_EQ(restarted->global_steps(), 3);
+  EXPECT_EQ(restarted->lr(), lr1);
+  train_step(*restarted, *restarted_model);
+  EXPECT_EQ(restarted->last_step().lr, lr1);  // the step ran at the kept position, and moved it to 2
+  restarted->save_checkpoint((dir / "ckpt").string(), "four");
+  EXPECT_EQ(Manifest::read((dir / "ckpt" / "four").string()).scheduler_position, 2);
+  auto again = make_engine("AdamW", 1, nullptr, warmup);
+  again->load_checkpoint((dir / "ckpt").string(), "four");
+  EXPECT_EQ(again->global_steps(), 4);
+  EXPECT_EQ(again->lr(), restarted->lr());
+}
+
+// DeepSpeed's load_module_only: the weights, and nothing of where training stood (nor an optimizer to match).
+TEST(EngineCheckpoint, ModuleOnlyLoadsTheWeightsAlone) {
+  const auto dir = temp_dir("engine_checkpoint_module_only");
+  auto model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+  auto engine = make_engine("AdamW", 1, model);
+  for (int i = 0; i < 2; ++i) train_step(*engine, *model);
+  engine->save_checkpoint((dir / "ckpt").string());
+
+  auto fresh_model = std::make_shared<torch::nn::LinearImpl>(8, 4);
+  auto fresh = make_engine("SGD", 1, fresh_model);
+  ASSERT_FALSE(torch::equal(fresh_model->weight, model->weight));
+  CheckpointLoadOptions module_only;
+  module_only.load_module_only = true;
+  fresh->load_checkpoint((dir / "ckpt").string(), "", module_only);
+  EXPECT_TRUE(torch::equal(fresh_model->weight, model->weight));
+  EXPECT_TRUE(torch::equal(fresh_model->bias, model->bias));
+  EXPECT_EQ(fresh->global_steps(), 0);
+  EXPECT_EQ(fresh->global_samples(), 0);
+  train_step(*fresh, *fresh_model);  // SGD steps from the loaded weights
+  EXPECT_EQ(fresh->global_steps(), 1);
+}
+
+// load_module_strict = false, as torch's load_state_dict(strict=False): parameters only one side has are skipped
+// (this model's keep their values), shared ones load; a shared one of another shape is still an error.
+TEST(EngineCheckpoint, NonStrictLoadSkipsParametersOnlyOneSideHas) {
+  const auto dir = temp_dir("engine_checkpoint_strict");
+  auto saved_model = std::make_shared<FcImpl>(4, false);
+  make_engine("AdamW", 1, saved_model)->save_checkpoint((dir / "plain").string());
+
+  auto wider = std::make_shared<FcImpl>(4, true);
+  auto engine = make_engine("AdamW", 1, wider);
+  try {
+    engine->load_checkpoint((dir / "plain").string());
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("this model has parameter 'extra', the checkpoint does not"), std::string::npos) << what;
+    EXPECT_NE(what.find("load_module_strict"), std::string::npos) << what;
+  }
+  CheckpointLoadOptions lenient;
+  lenient.load_module_strict = false;
+  engine->load_checkpoint((dir / "plain").string(), "", lenient);
+  EXPECT_TRUE(torch::equal(wider->fc->weight, saved_model->fc->weight));
+  EXPECT_TRUE(torch::equal(wider->extra, torch::full({3}, 5.0, torch::TensorOptions().device(test_device()))));
+
+  engine->save_checkpoint((dir / "extra").string());  // the other way: the checkpoint has one more
+  auto narrow_model = std::make_shared<FcImpl>(4, false);
+  EXPECT_THROW(make_engine("AdamW", 1, narrow_model)->load_checkpoint((dir / "extra").string()), CheckpointError);
+  make_engine("AdamW", 1, narrow_model)->load_checkpoint((dir / "extra").string(), "", lenient);
+  EXPECT_TRUE(torch::equal(narrow_model->fc->weight, saved_model->fc->weight));
+
+  auto other_shape = make_engine("AdamW", 1, std::make_shared<FcImpl>(5, false));
+  try {
+    other_shape->load_checkpoint((dir / "plain").string(), "", lenient);
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter 'fc.weight' is [4, 8] there, [5, 8] here"), std::string::npos)
+        << e.what();
   }
 }
 

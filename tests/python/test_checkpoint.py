@@ -102,3 +102,53 @@ def test_load_without_a_checkpoint_returns_none_and_a_corrupt_one_is_named(tmp_p
         engine.load_checkpoint(str(tmp_path))
     with pytest.raises(TypeError, match="JSON-serialisable"):
         engine.save_checkpoint(str(tmp_path), client_state={"t": torch.zeros(1)})
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_load_options_as_deepspeeds(tmp_path, stage):
+    """load_lr_scheduler_states=False: the checkpoint's step count, this engine's schedule (a new one starts its
+    warmup over). load_module_only=True: the weights alone. load_module_strict=False: a model with a parameter the
+    checkpoint lacks loads the rest. Each loaded engine's first loss is the saved run's next one (same weights)."""
+    config = ds_config(stage=stage, grad_accum=1, world=1)
+    config["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                          "warmup_num_steps": 10}}
+    batch = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(0))
+
+    def step(engine):
+        engine.backward(engine(batch))
+        engine.step()
+        return engine.last_step()["loss"]
+
+    def fresh(model=None):
+        return dscpp.initialize(model=model or make_model("gpt", seed=5), config=config)[0]
+
+    saved = fresh(make_model("gpt"))
+    lr_fresh = saved.get_lr()
+    for _ in range(3):
+        step(saved)
+    saved.save_checkpoint(str(tmp_path))
+    lr_saved = saved.get_lr()
+    assert lr_saved != lr_fresh
+    next_loss = step(saved)
+
+    resumed = fresh()
+    resumed.load_checkpoint(str(tmp_path))
+    assert (resumed.global_steps, resumed.get_lr()) == (3, lr_saved)
+    restarted = fresh()
+    restarted.load_checkpoint(str(tmp_path), load_lr_scheduler_states=False)
+    assert (restarted.global_steps, restarted.get_lr()) == (3, lr_fresh)
+    weights_only = fresh()
+    weights_only.load_checkpoint(str(tmp_path), load_module_only=True)
+    assert (weights_only.global_steps, weights_only.get_lr()) == (0, lr_fresh)
+    for engine in (resumed, restarted, weights_only):
+        assert step(engine) == next_loss
+
+    wider = make_model("gpt", seed=5)
+    wider.extra = torch.nn.Parameter(torch.full((3,), 7.0))
+    wider = fresh(wider)
+    with pytest.raises(dscpp.CheckpointError, match="this model has parameter 'extra'.*load_module_strict"):
+        wider.load_checkpoint(str(tmp_path))
+    wider.load_checkpoint(str(tmp_path), load_module_strict=False)
+    assert step(wider) == next_loss
+    with pytest.raises(NotImplementedError, match="custom_load_fn"):
+        wider.load_checkpoint(str(tmp_path), custom_load_fn=lambda src, dst: None)

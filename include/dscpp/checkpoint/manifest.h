@@ -71,7 +71,8 @@ struct Manifest {
   std::string optimizer;              // FlatOptimizer::name()
   int64_t optimizer_step_count = 0;
   std::vector<std::string> optimizer_state;  // state tensor kinds, e.g. exp_avg, exp_avg_sq
-  std::string scheduler;              // the schedule's type ("" = constant lr); its position is global - skipped
+  std::string scheduler;              // the schedule's type ("" = constant lr)
+  int64_t scheduler_position = 0;     // the steps it has applied (global - skipped unless a load reset it)
   ScalerEntry loss_scaler;
   std::vector<ParamEntry> params;     // the model's trainable parameters, in registration order
   std::vector<ShardFile> files;       // one per rank, by rank

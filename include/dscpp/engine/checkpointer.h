@@ -29,6 +29,17 @@ struct CheckpointLoadOptions {
   // false: weights and step counters only; the optimizer's state is left as it is (fresh in a new engine), so the
   // checkpoint's optimizer need not be this one.
   bool load_optimizer_states = true;
+  // false: the LR schedule keeps this engine's position (0 in a new engine: the schedule starts over, warmup and
+  // all) instead of the checkpoint's; the step counters are still the checkpoint's (DeepSpeed's
+  // load_lr_scheduler_states).
+  bool load_lr_scheduler_states = true;
+  // true: the weights only; optimizer state, step counters, LR schedule, loss scaler and generators stay as this
+  // engine has them (DeepSpeed's load_module_only, e.g. to fine-tune from a pretraining checkpoint).
+  bool load_module_only = false;
+  // false: parameters this model has and the checkpoint does not keep their values (and optimizer state), and the
+  // checkpoint's parameters this model does not have are ignored; a parameter both have must still agree in shape
+  // (DeepSpeed's load_module_strict, torch's load_state_dict(strict=False)).
+  bool load_module_strict = true;
 };
 
 struct LoadedCheckpoint {
@@ -85,7 +96,8 @@ class Checkpointer {
   // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
   ShardFile describe_shard(int r, const std::vector<int64_t>& sums) const;
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
-  void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state);
+  void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state,
+                        bool schedule_position);
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) const;
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.

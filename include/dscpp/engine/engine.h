@@ -187,9 +187,11 @@ class Engine {
 
   // Loads `load_dir/<tag>` (`tag` empty: the one `latest` names) into this engine, whatever world size and ZeRO
   // stage wrote it: each rank reads the fragments its own partition needs, checking every one against its CRC.
-  // Restores master weights (and from them the compute-dtype weights), optimizer state, the step counters (so the
-  // LR schedule position), the loss scaler and each rank's CPU generator and, on a GPU, its CUDA generator (ranks
-  // the writer did not have keep theirs, and so does a GPU run loading a checkpoint written on CPU). Throws
+  // Restores master weights (and from them the compute-dtype weights), optimizer state, the step counters, the LR
+  // schedule's position, the loss scaler and each rank's CPU generator and, on a GPU, its CUDA generator (ranks
+  // the writer did not have keep theirs, and so does a GPU run loading a checkpoint written on CPU); `options` says
+  // what to leave as it is (DeepSpeed's load_optimizer_states, load_lr_scheduler_states, load_module_only,
+  // load_module_strict). Throws
   // CheckpointError naming the file and the problem — missing tag or shard, truncated or corrupt shard, a manifest
   // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",

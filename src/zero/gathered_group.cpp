@@ -58,6 +58,7 @@ void GatheredGroup::wait_gathered(Comm& comm) {
   gather_ = Handle();
   gather_input_ = torch::Tensor();
   state_ = State::kGathered;
+  point_params();
 }
 
 void GatheredGroup::release() {
@@ -69,6 +70,26 @@ void GatheredGroup::release() {
   }
   compat::release_storage(buffer_);
   state_ = State::kSharded;
+  point_params();
+}
+
+void GatheredGroup::hold(std::vector<torch::Tensor> params, std::vector<torch::Tensor> views) {
+  if (params.size() != views.size()) {
+    throw std::invalid_argument("GatheredGroup '" + name_ + "': " + std::to_string(params.size()) +
+                                " parameters but " + std::to_string(views.size()) + " views");
+  }
+  params_ = std::move(params);
+  views_ = std::move(views);
+  empty_ = torch::empty({0}, buffer_.options());
+  point_params();
+}
+
+void GatheredGroup::point_params() {
+  // set_data swaps only what the tensor points at: the same TensorImpl (autograd's saved parameter, its gradient
+  // accumulator, the module's attribute) and its own version counter stay.
+  torch::NoGradGuard no_grad;
+  const bool gathered = state_ == State::kGathered;
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].set_data(gathered ? views_[i] : empty_);
 }
 
 }  // namespace dscpp

@@ -77,6 +77,13 @@ class Stage3 final : public ZeroStage {
     const auto partition_options = ctx_.offload_param ? host_options(ctx_.param_pin_memory).dtype(front.scalar_type())
                                                       : front.options().requires_grad(false);
     partition_ = torch::empty({layout_->partition_numel()}, partition_options);
+    // The gradient hooks before the groups: a parameter's AccumulateGrad node takes the parameter's shape when it is
+    // made (and ours keeps it alive), and from build_groups on a parameter of a released group is 0-element.
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].mutable_grad() = torch::Tensor();
+      param_slot_.emplace(params_[i].unsafeGetTensorImpl(), static_cast<int>(i));
+      hooks_.push_back(std::make_unique<compat::PostAccumulateGradHook>(params_[i], [this, i] { on_grad_ready(i); }));
+    }
     build_groups(model.prepartitioned);
     // The model's own parameter storage and any prepartitioned shards are gone, leaving holes in the heap.
     model.prepartitioned.clear();
@@ -92,11 +99,6 @@ class Stage3 final : public ZeroStage {
     pinned_.assign(n_groups, false);
     running_.assign(n_groups, 0);
     remaining_.assign(n_groups, 0);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      params_[i].mutable_grad() = torch::Tensor();
-      param_slot_.emplace(params_[i].unsafeGetTensorImpl(), static_cast<int>(i));
-      hooks_.push_back(std::make_unique<compat::PostAccumulateGradHook>(params_[i], [this, i] { on_grad_ready(i); }));
-    }
   }
 
   int stage() const override { return 3; }
@@ -375,6 +377,7 @@ class Stage3 final : public ZeroStage {
         shard.copy_(pre.shard);
         pre.shard = torch::Tensor();
         groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded);
+        groups_.back().hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned)
         if (kind == 1) root_group_ = static_cast<int>(g);
         group_numel_.push_back(group.numel);
         continue;
@@ -388,12 +391,15 @@ class Stage3 final : public ZeroStage {
       ctx_.comm->broadcast(buffer, 0).wait();
       auto shard = partition_.narrow(0, group.partition_offset, group.shard_numel);
       shard.copy_(buffer.narrow(0, rank * group.shard_numel, group.shard_numel));
+      std::vector<torch::Tensor> params, views;
       for (int i = group.param_begin; i < group.param_end; ++i) {
         const auto& slot = layout_->slots()[i];
-        params_[i].set_data(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
+        params.push_back(params_[i]);
+        views.push_back(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
       }
-      release_regrouped(group, prepartitioned);
       groups_.emplace_back(placement_.kind_name[kind], buffer, shard);
+      groups_.back().hold(std::move(params), std::move(views));  // the parameters become views of the buffer
+      release_regrouped(group, prepartitioned);
       if (kind == 0) {
         persistent_group_ = static_cast<int>(g);
       } else {

@@ -90,21 +90,29 @@ TEST(EngineStages, Stage3FreesUnitParametersBetweenUses) {
   auto engine = initialize(model.ptr(), config_from(config_json(3, 1)), init);
   const auto storage = [](const torch::Tensor& t) { return t.storage().nbytes(); };
   EXPECT_EQ(storage(model->fc1->weight), 0u) << "sharded at rest";
+  // A released parameter is a 0-element tensor, as DeepSpeed's: a read between steps finds nothing, not freed memory.
+  EXPECT_EQ(model->fc1->weight.numel(), 0);
+  EXPECT_EQ(model->fc1->weight.sum().item<float>(), 0.0f);
   auto [x, y] = regression_data(16);
   size_t during = 0;
+  std::vector<int64_t> shape_during;
   auto loss = engine->forward([&] {
     auto h = engine->run_unit(*model->fc1, [&] {
       auto out = model->fc1->forward(x);
       during = storage(model->fc1->weight);
+      shape_during = model->fc1->weight.sizes().vec();
       return out;
     });
     return torch::mse_loss(model->fc2->forward(torch::tanh(h)), y);
   });
   EXPECT_EQ(during, (8 * 16 + 16) * sizeof(float)) << "the unit's whole group is gathered while it runs";
+  EXPECT_EQ(shape_during, (std::vector<int64_t>{16, 8}));
   engine->backward(loss);
   engine->step();
   EXPECT_EQ(storage(model->fc1->weight), 0u) << "released after its backward";
   EXPECT_EQ(storage(model->fc2->weight), 0u) << "the root group too";
+  EXPECT_EQ(model->fc1->weight.numel(), 0);
+  EXPECT_EQ(model->fc2->weight.numel(), 0);
 }
 
 TEST(EngineStages, Stage3ErrorsNameTheMisuse) {

@@ -1,4 +1,5 @@
-"""ZeRO-3 from Python: between forwards the module's parameters hold no memory at all (measured on their storages),
+"""ZeRO-3 from Python: between forwards the module's parameters hold no memory at all (measured on their storages,
+and read as 0-element tensors),
 and each of two ranks keeps half of the model's parameter bytes (plus padding) as its shard; during a step the
 submodule units are gathered a few at a time, within stage3_max_live_parameters, never the whole model."""
 import json
@@ -17,3 +18,5 @@ def test_zero3_ranks_hold_half_the_parameters_between_forwards(tmp_path):
         # fp32: 4 bytes an element; max_live 6000 elements plus the unit demanded beyond it.
         assert report["gathered_peak"] <= 6000 * 4 + report["largest_unit"], report
         assert report["gathered_peak"] < whole / 2, report
+        # Released parameters read as empty tensors (no crash, no stale values); head.weight is tied to wte's.
+        assert report["read"] == {"state_dict_elements": 0, "norm": 0.0, "head_weight_shape": [0]}, report

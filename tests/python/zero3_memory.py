@@ -1,6 +1,6 @@
 """A rank of test_memory: trains the test GPT under ZeRO-3 and reports, between forwards, what its parameters hold —
-measured on the tensors themselves (their storages' bytes) and as the engine accounts it — and the most it held
-gathered during the steps."""
+measured on the tensors themselves (their storages' bytes) and as the engine accounts it — the most it held
+gathered during the steps, and what reading the parameters then gives (0-element tensors, as DeepSpeed's)."""
 import json
 import sys
 
@@ -25,6 +25,8 @@ def main():
     out = sys.argv[1]
     model = make_model("gpt")
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
+    largest_unit = max(sum(p.numel() * p.element_size() for p in m._parameters.values() if p is not None)
+                       for m in model.modules())
     config = ds_config(stage=3, grad_accum=1, world=2)
     # Gathered at once: at most this many elements beyond the unit being demanded.
     config["zero_optimization"].update(stage3_max_live_parameters=6000, stage3_prefetch_bucket_size=3000)
@@ -34,10 +36,13 @@ def main():
         tokens = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(10 * step + rank))
         engine.backward(engine(tokens))
         engine.step()
-    largest_unit = max(sum(p.numel() * p.element_size() for p in m._parameters.values() if p is not None)
-                       for m in model.modules())
+    # Reads between forwards, the way scripts do them: a state_dict, a norm, an attribute.
+    state = model.state_dict()
+    read = {"state_dict_elements": sum(t.numel() for t in state.values()),
+            "norm": float(sum(p.norm() for p in model.parameters())),
+            "head_weight_shape": list(model.head.weight.shape)}
     report = {"whole": whole, "held": storage_bytes(model), "engine_params": engine.memory()["params"],
-              "gathered_peak": engine.memory()["gathered_peak"], "largest_unit": largest_unit}
+              "gathered_peak": engine.memory()["gathered_peak"], "largest_unit": largest_unit, "read": read}
     with open(f"{out}.{rank}", "w") as f:
         json.dump(report, f)
 

@@ -84,8 +84,8 @@ class PostAccumulateGradHook {
   uintptr_t key_ = 0;
 };
 
-// ZeRO-3 frees a gathered buffer while the model (and autograd's saved tensors) keep views of it, and later
-// re-allocates it in place: the views follow the storage, so parameters never have to be re-pointed. This is what
+// ZeRO-3 frees a gathered buffer while views of it live on (the parameters' views, autograd's saved views), and
+// later re-allocates it in place: the views follow the storage, so none of them has to be rebuilt. This is what
 // FSDP does with storage().resize_(0); LibTorch has no device-generic C++ spelling of that, so we swap the
 // StorageImpl's DataPtr through its own allocator (the caching allocator on CUDA).
 inline void release_storage(const torch::Tensor& tensor) {

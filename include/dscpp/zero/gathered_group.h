@@ -1,7 +1,8 @@
 // GatheredGroup: the parameter record of one ZeRO-3 group (a block's parameters, or the persistent small ones).
 // This rank keeps only its shard (a slice of the stage's 16-bit partition). While the group is in use its whole
 // flat buffer exists and the module's parameters are views into it; released, the buffer's memory is given back
-// (returnable_memory.h) while those views stay in place (see compat::release_storage), so nothing is re-pointed.
+// (returnable_memory.h, compat::release_storage) and the parameters read as 0-element tensors, as DeepSpeed leaves
+// them, so a read between forwards (a state_dict, a print) finds an empty tensor instead of freed memory.
 // With offload_param the shard is in host memory (copied to the buffer's device for the gather) or on NVMe (read for
 // each gather).
 //
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/offload/state_store.h"
@@ -42,6 +44,10 @@ class GatheredGroup {
   // → kSharded: waits for a gather still in flight (every rank issued it), then frees the buffer's memory.
   void release();
 
+  // The parameters that are views of the buffer, and those views (`views[i]` is `params[i]`'s, of its shape).
+  // Gathered, each parameter is its view; sharded, a 0-element tensor. Autograd saves these same parameter tensors
+  // and reads them only in their unit's backward, for which the stage gathers the group again (re-pointing them).
+  void hold(std::vector<torch::Tensor> params, std::vector<torch::Tensor> views);
   // offload_param nvme: the shard lives in `store` (its sub-group `index`), read from there for each gather; this
   // object's own shard is dropped.
   void keep_shard_in(StateStore* store, int index);
@@ -49,6 +55,8 @@ class GatheredGroup {
   const torch::Tensor& buffer() const { return buffer_; }
 
  private:
+  void point_params();  // each held parameter at its view (gathered) or at the empty tensor (otherwise)
+
   std::string name_;
   torch::Tensor buffer_;
   torch::Tensor shard_;
@@ -60,6 +68,9 @@ class GatheredGroup {
   torch::Tensor gather_input_;  // what the running gather reads: the shard, or its copy on the buffer's device
   StateStore* store_ = nullptr;
   int store_index_ = -1;
+  std::vector<torch::Tensor> params_;
+  std::vector<torch::Tensor> views_;
+  torch::Tensor empty_;  // what a held parameter is while the group is not gathered
 };
 
 }  // namespace dscpp

@@ -3,6 +3,10 @@
 The engine steps its own flat optimizer over each rank's partition, so a torch optimizer is not run: its type and
 hyperparameters are read and handed to the engine as the section DeepSpeed would have built it from. Types whose
 arithmetic the engine has are translated; any other is an error naming the type.
+
+Parameter groups (a client optimizer's, or initialize's model_parameters as dicts) may give their parameters a
+weight decay of their own — the usual "no decay for biases and norms" — which the engine applies to those
+parameters' ranges of its flat partition. Any other setting must be the same in every group.
 """
 import torch
 
@@ -31,15 +35,14 @@ def optimizer_section(optimizer):
     groups = optimizer.param_groups
     if not groups:
         raise ValueError(f"dscpp.initialize: optimizer {name} has no parameter groups")
-    # One flat partition, one set of hyperparameters: groups may split the parameters, not give them different
-    # settings.
-    settings = [{k: v for k, v in g.items() if k != "params"} for g in groups]
+    # One flat partition, one set of hyperparameters but the weight decay, which the engine applies per range.
+    settings = [{k: v for k, v in g.items() if k not in ("params", "weight_decay")} for g in groups]
     for i, s in enumerate(settings[1:], start=1):
         if s != settings[0]:
             differ = sorted(k for k in set(s) | set(settings[0]) if s.get(k) != settings[0].get(k))
             raise ValueError(f"dscpp.initialize: optimizer {name}'s parameter group {i} differs from group 0 in "
-                             f"{', '.join(differ)}; per-group hyperparameters are not supported yet: use one "
-                             "setting for all parameters")
+                             f"{', '.join(differ)}; only weight_decay may differ between groups: use one setting "
+                             "of the others for all parameters")
     group = groups[0]
     _check_flags(name, group)
     if isinstance(optimizer, DeepSpeedCPUAdam):
@@ -61,6 +64,34 @@ def optimizer_section(optimizer):
     raise TypeError(f"dscpp.initialize: optimizer {type(optimizer).__module__}.{name} cannot be taken: the engine "
                     "runs its own optimizer and knows torch.optim.Adam, AdamW, SGD, Adagrad and "
                     "dscpp.ops.adam.DeepSpeedCPUAdam; pass one of those, or an \"optimizer\" section in the config")
+
+
+def group_weight_decay(groups, config_params=None):
+    """{id(parameter): weight_decay} for the parameters of groups that set one. `groups`: a client optimizer's
+    param_groups, or model_parameters dicts, whose other settings must equal the config's optimizer.params
+    (`config_params`; a setting the config does not give is refused, as its default is the engine's to choose)."""
+    out = {}
+    for i, group in enumerate(groups):
+        if not isinstance(group, dict):
+            continue
+        if config_params is not None:
+            for key, value in group.items():
+                if key in ("params", "weight_decay"):
+                    continue
+                value = list(value) if isinstance(value, tuple) else value
+                if key not in config_params or config_params[key] != value:
+                    given = f"is {config_params[key]!r}" if key in config_params else "does not set it"
+                    raise ValueError(f"dscpp.initialize: model_parameters group {i} sets {key}={value!r} and the "
+                                     f"config's optimizer.params {given}; groups may differ only in weight_decay")
+        if "weight_decay" in group:
+            decay = group["weight_decay"]
+            if not isinstance(decay, (int, float)) or isinstance(decay, bool) or decay < 0:
+                raise ValueError(f"dscpp.initialize: parameter group {i}'s weight_decay must be a number >= 0, "
+                                 f"got {decay!r}")
+            params = group["params"]
+            for p in [params] if isinstance(params, torch.Tensor) else params:
+                out[id(p)] = float(decay)
+    return out
 
 
 def optimizer_parameters(optimizer):

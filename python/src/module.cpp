@@ -55,10 +55,12 @@ using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;
 std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers, const Units& units,
                                       const UnitHandles& prepartitioned, const std::string& config,
                                       bool config_is_path, const py::object& group, const py::object& store,
-                                      const std::string& backend, const std::string& key_prefix) {
+                                      const std::string& backend, const std::string& key_prefix,
+                                      const std::map<std::string, double>& weight_decay) {
   ModelTensors model{named(params), named(buffers), {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
+  options.weight_decay = weight_decay;
   options.comm = comm_from(group, store, backend, key_prefix);
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   // Handed over: the Python handle is left empty (its parameters are the engine's now).
@@ -246,5 +248,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"),
         py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
-        "Builds the engine over a model's tensors (see dscpp.initialize).");
+        py::arg("weight_decay"), "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

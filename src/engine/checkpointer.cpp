@@ -82,12 +82,7 @@ void Checkpointer::check_at_boundary(const char* what) const {
   }
 }
 
-int64_t Checkpointer::master_offset(const ShardFragment& f) const {
-  if (s_.stage.master_is_whole()) return f.flat_offset;
-  const auto& layout = s_.stage.layout();
-  const int group = layout.slots()[f.slot].group;
-  return layout.groups()[group].partition_offset + (f.flat_offset - layout.shard_offset(group, rank()));
-}
+int64_t Checkpointer::master_offset(const ShardFragment& f) const { return s_.stage.master_offset(f, rank()); }
 
 // DeepSpeed's checkpoint.tag_validation: every rank must save under the same tag, or their shards would land in
 // different directories. "Warn" logs, "Fail" throws on every rank, "Ignore" skips the exchange.
@@ -106,16 +101,7 @@ void Checkpointer::validate_tag_across_ranks(const std::string& tag) const {
   }
 }
 
-std::vector<ShardFragment> Checkpointer::master_fragments() const {
-  const auto& layout = s_.stage.layout();
-  if (!s_.stage.master_is_whole()) return layout.shard_fragments(rank());
-  std::vector<ShardFragment> out;
-  for (int i = 0; i < static_cast<int>(layout.slots().size()); ++i) {
-    const auto& slot = layout.slots()[i];
-    out.push_back({i, 0, slot.numel, slot.offset});
-  }
-  return out;
-}
+std::vector<ShardFragment> Checkpointer::master_fragments() const { return s_.stage.master_fragments(rank()); }
 
 std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r) const {
   const auto& layout = s_.stage.layout();

@@ -229,6 +229,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   const bool nvme = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
   optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(),
                                    offload_optimizer ? OptimizerKernels::kCpuSimd : OptimizerKernels::kTorch);
+  if (!options.weight_decay.empty()) set_weight_decay(options.weight_decay);
   if (offload_optimizer) {
     offload_ = std::make_unique<OptimizerOffload>(*optimizer_, make_optimizer_store(config_, *stage_, *optimizer_,
                                                                                     comm_->rank()),
@@ -304,6 +305,33 @@ Engine::~Engine() {
 
 bool Engine::is_gradient_accumulation_boundary() const {
   return (progress_.micro_steps + 1) % config_.batch.grad_accum == 0;
+}
+
+void Engine::set_weight_decay(const std::map<std::string, double>& by_name) {
+  const auto& slots = stage_->layout().slots();
+  std::map<std::string, int> slot_of;
+  for (int i = 0; i < static_cast<int>(slots.size()); ++i) slot_of.emplace(slots[i].name, i);
+  for (const auto& [name, decay] : by_name) {
+    if (!slot_of.count(name)) {
+      throw std::invalid_argument("InitOptions::weight_decay names '" + name + "', which is not a trainable "
+                                  "parameter of this model");
+    }
+    if (!(decay >= 0)) {
+      throw std::invalid_argument("InitOptions::weight_decay of '" + name + "' must be >= 0, got " +
+                                  std::to_string(decay));
+    }
+  }
+  std::vector<DecayRange> ranges;
+  const int rank = comm_->rank();
+  for (const auto& fragment : stage_->master_fragments(rank)) {
+    const auto it = by_name.find(slots[fragment.slot].name);
+    if (it != by_name.end()) ranges.push_back({stage_->master_offset(fragment, rank), fragment.numel, it->second});
+  }
+  std::sort(ranges.begin(), ranges.end(), [](const DecayRange& a, const DecayRange& b) { return a.begin < b.begin; });
+  optimizer_->set_decay_ranges(std::move(ranges));
+  log_("[deepspeed.cpp] " + std::to_string(by_name.size()) + " parameters take a weight decay of their own (" +
+       std::to_string(optimizer_->decay_ranges().size()) + " ranges of rank " + std::to_string(rank) +
+       "'s partition)");
 }
 
 double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps); }

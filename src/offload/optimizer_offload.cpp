@@ -26,9 +26,9 @@ void OptimizerOffload::step(const torch::Tensor& grads, double lr) {
     const int64_t begin = store_->sub_group_begin(i);
     const int64_t n = store_->sub_group_numel(i);
     auto tensors = store_->acquire(i);
-    OptimizerSlice slice{tensors[0], grads.narrow(0, begin, n), {tensors.begin() + 1, tensors.end()}, {}};
+    OptimizerSlice slice{tensors[0], grads.narrow(0, begin, n), {tensors.begin() + 1, tensors.end()}, {}, std::nullopt};
     if (staging16_.defined()) slice.param16 = staging16_.narrow(0, 0, n);
-    optimizer_.update(slice, lr);
+    optimizer_.update_at(slice, begin, lr);
     // The stage copies the values before returning, so the staging buffer is free for the next sub-group.
     stage_.publish_range(begin, staging16_.defined() ? slice.param16 : slice.param);
     store_->release(i);

@@ -23,15 +23,16 @@ class FlatAdagrad final : public FlatOptimizer {
 
   void update(const OptimizerSlice& slice, double lr) override {
     check_slice(slice, 1, "Adagrad");
+    const double weight_decay = slice.weight_decay.value_or(weight_decay_);
     const double clr = lr / (1.0 + static_cast<double>(steps_ - 1) * lr_decay_);
     for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
       torch::Tensor p = slice.param.narrow(0, offset, length);
       torch::Tensor g = slice.grad.narrow(0, offset, length);
       torch::Tensor sum = slice.state[0].narrow(0, offset, length);
       torch::Tensor std = std_.get(length, p);
-      if (weight_decay_ != 0.0) {
+      if (weight_decay != 0.0) {
         torch::Tensor decayed = decayed_grad_.get(length, p);
-        torch::add_out(decayed, g, p, weight_decay_);  // g + wd * p
+        torch::add_out(decayed, g, p, weight_decay);  // g + wd * p
         g = decayed;
       }
       sum.addcmul_(g, g, 1.0);

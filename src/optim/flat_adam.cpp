@@ -41,7 +41,8 @@ class FlatAdam final : public FlatOptimizer {
     const double bias_correction2 = bias_correction_ ? 1.0 - std::pow(beta2_, static_cast<double>(steps_)) : 1.0;
     const double step_size = lr / bias_correction1;
     const double sqrt_bias_correction2 = std::sqrt(bias_correction2);
-    const bool l2 = weight_decay_ != 0.0 && !decoupled_;
+    const double weight_decay = slice.weight_decay.value_or(weight_decay_);
+    const bool l2 = weight_decay != 0.0 && !decoupled_;
 
     for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
       torch::Tensor p = slice.param.narrow(0, offset, length);
@@ -49,9 +50,9 @@ class FlatAdam final : public FlatOptimizer {
       torch::Tensor m = slice.state[0].narrow(0, offset, length);
       torch::Tensor v = slice.state[1].narrow(0, offset, length);
       torch::Tensor scratch = scratch_.get(length, p);
-      if (weight_decay_ != 0.0 && decoupled_) p.mul_(1.0 - lr * weight_decay_);
+      if (weight_decay != 0.0 && decoupled_) p.mul_(1.0 - lr * weight_decay);
       if (l2) {
-        torch::add_out(scratch, g, p, weight_decay_);  // g + wd * p, without touching the caller's grad
+        torch::add_out(scratch, g, p, weight_decay);  // g + wd * p, without touching the caller's grad
         g = scratch;
       }
       m.mul_(beta1_).add_(g, 1.0 - beta1_);
@@ -101,7 +102,7 @@ class FlatAdam final : public FlatOptimizer {
     c.beta1 = beta1_;
     c.beta2 = beta2_;
     c.eps = eps_;
-    c.weight_decay = weight_decay_;
+    c.weight_decay = s.weight_decay.value_or(weight_decay_);
     c.decoupled = decoupled_;
     c.bias_correction = bias_correction_;
     c.step = steps_;

@@ -22,12 +22,13 @@ class FlatLion final : public FlatOptimizer {
 
   void update(const OptimizerSlice& slice, double lr) override {
     check_slice(slice, 1, "Lion");
+    const double weight_decay = slice.weight_decay.value_or(weight_decay_);
     for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
       torch::Tensor p = slice.param.narrow(0, offset, length);
       torch::Tensor g = slice.grad.narrow(0, offset, length);
       torch::Tensor m = slice.state[0].narrow(0, offset, length);
       torch::Tensor update = scratch_.get(length, p);
-      if (weight_decay_ != 0.0) p.mul_(1.0 - lr * weight_decay_);
+      if (weight_decay != 0.0) p.mul_(1.0 - lr * weight_decay);
       update.copy_(m).mul_(beta1_).add_(g, 1.0 - beta1_).sign_();  // sign(b1*m + (1-b1)*g)
       p.add_(update, -lr);
       m.mul_(beta2_).add_(g, 1.0 - beta2_);  // the momentum tracks with beta2, after the update

@@ -46,10 +46,58 @@ void FlatOptimizer::step(torch::Tensor& param, const torch::Tensor& grad, double
     throw std::invalid_argument(name() + " step: param has " + std::to_string(param.numel()) +
                                 " elements, this optimizer's partition " + std::to_string(numel()));
   }
-  OptimizerSlice whole{param, grad, {}, {}};
+  OptimizerSlice whole{param, grad, {}, {}, std::nullopt};
   for (auto& [kind, tensor] : state_tensors()) whole.state.push_back(tensor);
   begin_step();
-  update(whole, lr);
+  update_at(whole, 0, lr);
+}
+
+namespace {
+
+// Elements [begin, begin + n) of the slice (all of its tensors), with `weight_decay` if given.
+OptimizerSlice sub_slice(const OptimizerSlice& slice, int64_t begin, int64_t n, std::optional<double> weight_decay) {
+  OptimizerSlice out{slice.param.narrow(0, begin, n), slice.grad.narrow(0, begin, n), {}, {}, weight_decay};
+  for (const auto& t : slice.state) out.state.push_back(t.narrow(0, begin, n));
+  if (slice.param16.defined()) out.param16 = slice.param16.narrow(0, begin, n);
+  return out;
+}
+
+}  // namespace
+
+void FlatOptimizer::update_at(const OptimizerSlice& slice, int64_t offset, double lr) {
+  if (decay_ranges_.empty() || !slice.param.defined()) return update(slice, lr);
+  const int64_t end = offset + slice.param.numel();
+  int64_t at = offset;  // partition position: everything before it is updated
+  for (const auto& r : decay_ranges_) {
+    const int64_t begin = std::max(r.begin, offset), stop = std::min(r.begin + r.numel, end);
+    if (begin >= stop) continue;
+    if (begin > at) update(sub_slice(slice, at - offset, begin - at, slice.weight_decay), lr);
+    update(sub_slice(slice, begin - offset, stop - begin, r.weight_decay), lr);
+    at = stop;
+  }
+  if (at < end) update(sub_slice(slice, at - offset, end - at, slice.weight_decay), lr);
+}
+
+void FlatOptimizer::set_decay_ranges(std::vector<DecayRange> ranges) {
+  std::vector<DecayRange> merged;
+  int64_t previous_end = 0;
+  for (const auto& r : ranges) {
+    // An optimizer without state of its own (numel 0: offload to NVMe) updates the slices it is handed: no bound.
+    if (r.numel < 0 || r.begin < previous_end || (numel() > 0 && r.begin + r.numel > numel())) {
+      throw std::invalid_argument(name() + ": decay range [" + std::to_string(r.begin) + ", " +
+                                  std::to_string(r.begin + r.numel) + ") is not sorted, disjoint and inside the " +
+                                  "partition of " + std::to_string(numel()));
+    }
+    previous_end = r.begin + r.numel;
+    if (r.numel == 0) continue;
+    if (!merged.empty() && merged.back().begin + merged.back().numel == r.begin &&
+        merged.back().weight_decay == r.weight_decay) {
+      merged.back().numel += r.numel;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  decay_ranges_ = std::move(merged);
 }
 
 std::vector<std::string> FlatOptimizer::state_kinds() {

@@ -31,12 +31,13 @@ class FlatSgd final : public FlatOptimizer {
 
   void update(const OptimizerSlice& slice, double lr) override {
     check_slice(slice, momentum_buffer_.defined() ? 1 : 0, "SGD");
+    const double weight_decay = slice.weight_decay.value_or(weight_decay_);
     for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
       torch::Tensor p = slice.param.narrow(0, offset, length);
       torch::Tensor d_p = slice.grad.narrow(0, offset, length);
-      if (weight_decay_ != 0.0) {
+      if (weight_decay != 0.0) {
         torch::Tensor scratch = scratch_.get(length, p);
-        torch::add_out(scratch, d_p, p, weight_decay_);  // g + wd * p
+        torch::add_out(scratch, d_p, p, weight_decay);  // g + wd * p
         d_p = scratch;
       }
       if (momentum_ != 0.0) {

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -347,7 +348,7 @@ TEST(FlatOptimizer, SlicedUpdatesWithCallerStateEqualStep) {
       sliced->begin_step();
       for (size_t c = 0; c + 1 < cuts.size(); ++c) {
         const int64_t begin = cuts[c], n = cuts[c + 1] - cuts[c];
-        OptimizerSlice slice{b.narrow(0, begin, n), g.narrow(0, begin, n), {}, {}};
+        OptimizerSlice slice{b.narrow(0, begin, n), g.narrow(0, begin, n), {}, {}, std::nullopt};
         for (const auto& t : state) slice.state.push_back(t.narrow(0, begin, n));
         sliced->update(slice, lr);
       }
@@ -375,14 +376,14 @@ TEST(FlatOptimizer, CpuSimdKernelsAgreeAndWriteThe16BitCopy) {
       const auto g = grad_at(step, kNumel);
       reference->step(a, g, 0.01);
       auto p16 = torch::empty({kNumel}, torch::TensorOptions().dtype(dtype));
-      OptimizerSlice slice{b, g, {}, p16};
+      OptimizerSlice slice{b, g, {}, p16, std::nullopt};
       for (auto& [kind, t] : simd->state_tensors()) slice.state.push_back(t);
       simd->begin_step();
       simd->update(slice, 0.01);
       ASSERT_LE(rel_error(b, a), 1e-6) << "step " << step + 1;
       EXPECT_TRUE(torch::equal(p16, b.to(dtype))) << "the 16-bit copy is the updated fp32 rounded";
 
-      OptimizerSlice lion_slice{c, g, {lion->state_tensors()[0].second}, p16};
+      OptimizerSlice lion_slice{c, g, {lion->state_tensors()[0].second}, p16, std::nullopt};
       lion->begin_step();
       lion->update(lion_slice, 0.01);
       EXPECT_TRUE(torch::equal(p16, c.to(dtype)));
@@ -391,18 +392,92 @@ TEST(FlatOptimizer, CpuSimdKernelsAgreeAndWriteThe16BitCopy) {
   EXPECT_GT(rel_error(b, initial_param(kNumel)), 1e-3);
 }
 
+// Parameter groups' weight decay: every element steps as an optimizer of its range's decay would step it (each
+// optimizer here is elementwise), whether the partition is stepped whole or in offload-style slices that cut through
+// the ranges. Each optimizer type, with its own way of decaying (decoupled, L2 into the gradient).
+TEST(FlatOptimizer, DecayRangesStepEachRangeWithItsOwnWeightDecay) {
+  const int64_t n = 40;
+  const std::vector<DecayRange> ranges = {{3, 9, 0.0}, {12, 4, 0.0}, {25, 6, 0.7}};  // two adjacent: merged
+  auto decay_at = [&](int64_t i, double base) {
+    for (const auto& r : ranges) {
+      if (i >= r.begin && i < r.begin + r.numel) return r.weight_decay;
+    }
+    return base;
+  };
+  auto options_with = [](const std::string& type, double decay) -> OptimizerOptions {
+    if (type == "AdamW" || type == "Adam") {
+      AdamOptions o;
+      o.lr = 0.05;
+      o.weight_decay = decay;
+      o.adam_w_mode = type == "AdamW";
+      return o;
+    }
+    if (type == "SGD") {
+      SgdOptions o;
+      o.lr = 0.05;
+      o.momentum = 0.9;
+      o.weight_decay = decay;
+      return o;
+    }
+    AdagradOptions o;
+    o.lr = 0.05;
+    o.weight_decay = decay;
+    return o;
+  };
+  for (const std::string type : {"AdamW", "Adam", "SGD", "Adagrad"}) {
+    SCOPED_TRACE(type);
+    const double base = 0.1;
+    auto whole = make(type, options_with(type, base), n);
+    whole->set_decay_ranges(ranges);
+    EXPECT_EQ(whole->decay_ranges().size(), 2u) << "the two adjacent ranges of decay 0 are one";
+    auto sliced = make(type, options_with(type, base), n);
+    sliced->set_decay_ranges(ranges);
+    std::map<double, std::unique_ptr<FlatOptimizer>> by_decay;
+    std::map<double, torch::Tensor> reference;
+    for (double d : {base, 0.0, 0.7}) {
+      by_decay[d] = make(type, options_with(type, d), n);
+      reference[d] = initial_param(n);
+    }
+    torch::Tensor p_whole = initial_param(n), p_sliced = initial_param(n);
+    for (int k = 0; k < 3; ++k) {
+      const auto g = grad_at(k, n);
+      whole->step(p_whole, g, 0.05);
+      sliced->begin_step();
+      auto state = sliced->state_tensors();
+      for (int64_t begin = 0; begin < n; begin += 7) {  // slices of 7 cut every range somewhere
+        const int64_t len = std::min<int64_t>(7, n - begin);
+        OptimizerSlice slice{p_sliced.narrow(0, begin, len), g.narrow(0, begin, len), {}, {}, std::nullopt};
+        for (auto& [kind, t] : state) slice.state.push_back(t.narrow(0, begin, len));
+        sliced->update_at(slice, begin, 0.05);
+      }
+      for (auto& [d, opt] : by_decay) opt->step(reference[d], g, 0.05);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const float want = reference[decay_at(i, base)][i].item<float>();
+      ASSERT_EQ(p_whole[i].item<float>(), want) << "element " << i;
+      ASSERT_EQ(p_sliced[i].item<float>(), want) << "element " << i << " (sliced)";
+    }
+    // The decays differ enough for the comparison to tell them apart.
+    EXPECT_FALSE(torch::equal(reference[base], reference[0.0]));
+  }
+  auto adam = make("AdamW", options_with("AdamW", 0.1), n);
+  EXPECT_THROW(adam->set_decay_ranges({{5, 4, 0.0}, {2, 2, 0.0}}), std::invalid_argument);  // unsorted
+  EXPECT_THROW(adam->set_decay_ranges({{5, 4, 0.0}, {8, 2, 0.0}}), std::invalid_argument);  // overlapping
+  EXPECT_THROW(adam->set_decay_ranges({{38, 4, 0.0}}), std::invalid_argument);              // past the partition
+}
+
 TEST(FlatOptimizer, SliceErrorsNameWhatIsWrong) {
   auto adam = make("AdamW", AdamOptions{});
   auto p = torch::zeros({8});
   adam->begin_step();
   try {
-    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8})}, {}}, 1e-3);
+    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8})}, {}, std::nullopt}, 1e-3);
     FAIL() << "one state slice for Adam's two";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("expected 2 state slices, got 1"), std::string::npos) << e.what();
   }
   try {
-    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8}), torch::zeros({7})}, {}}, 1e-3);
+    adam->update(OptimizerSlice{p, torch::zeros({8}), {torch::zeros({8}), torch::zeros({7})}, {}, std::nullopt}, 1e-3);
     FAIL() << "a short state slice";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("state[1] must be a 1-D fp32 tensor of 8 elements"), std::string::npos)

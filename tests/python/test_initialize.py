@@ -129,6 +129,26 @@ def test_an_optimizer_over_part_of_the_model():
         dscpp.initialize(model=model, optimizer=torch.optim.AdamW(model.blocks.parameters()), config=c)
 
 
+def test_parameter_groups_that_differ_in_more_than_weight_decay():
+    model = make_model("gpt")
+    vectors = [p for p in model.parameters() if p.dim() < 2]
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    adamw = torch.optim.AdamW([{"params": matrices}, {"params": vectors, "lr": 1e-2}], lr=1e-3)
+    c = config()
+    del c["optimizer"]
+    with pytest.raises(ValueError, match="group 1 differs from group 0 in lr; only weight_decay may differ"):
+        dscpp.initialize(model=model, optimizer=adamw, config=c)
+    with pytest.raises(ValueError, match="group 1 sets lr=0.01 and the config's optimizer.params is 0.001"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "lr": 1e-2}],
+                         config=config())
+    with pytest.raises(ValueError, match="group 0 sets eps=1e-06 and the config's optimizer.params does not set"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices, "eps": 1e-6}, {"params": vectors}],
+                         config=config())
+    with pytest.raises(ValueError, match="group 1's weight_decay must be a number >= 0, got -1"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "weight_decay": -1}],
+                         config=config())
+
+
 def test_backward_before_forward():
     engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
     with pytest.raises(RuntimeError, match="no forward ran"):

@@ -100,6 +100,55 @@ def test_activation_checkpointing_of_several_arguments_and_results(stage):
     assert all(type(r) is tuple and r[1] == "tag" and isinstance(r[2], torch.Tensor) for r in results)
 
 
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_parameter_groups_with_their_own_weight_decay(stage, tmp_path):
+    """model_parameters as two groups (the vectors at a weight decay of their own): torch.optim.AdamW over the same
+    groups, on one rank and on two (each rank's partition cut through the groups' ranges)."""
+    expected = reference_losses("gpt", 1, 1, STEPS, grouped=True)
+    ungrouped = reference_losses("gpt", 1, 1, STEPS)
+    assert max(abs(a - b) for a, b in zip(expected, ungrouped)) > 1e-4, "the groups must change the run"
+    got = engine_losses("gpt", stage, 1, 1, 0, STEPS, grouped=True)
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+    out = tmp_path / "losses.json"
+    run_ranks(2, ["training.py", "gpt", str(stage), "1", str(STEPS), "fp32", str(out), "grouped"])
+    expected = reference_losses("gpt", 1, 2, STEPS, grouped=True)
+    got = json.loads(out.read_text())
+    assert got == pytest.approx(expected, abs=1e-5), (got, expected)
+
+
+def test_client_optimizer_groups_and_cpu_adam_keep_their_weight_decay(tmp_path):
+    """The same groups through a client torch.optim.AdamW (whose groups' other settings are torch's defaults, the
+    same in both), and through ZeRO-Offload's CPU Adam, in memory and on NVMe (stepped sub-group by sub-group)."""
+    import dscpp
+    import torch
+    from models import global_batches, make_model
+    from training import WD, decay_groups, ds_config
+    expected = reference_losses("gpt", 1, 1, STEPS, grouped=True)
+
+    def run(config, **kwargs):
+        model = make_model("gpt")
+        if "optimizer" in kwargs:
+            kwargs["optimizer"] = torch.optim.AdamW(decay_groups(model), lr=1e-3, weight_decay=WD)
+        else:
+            kwargs["model_parameters"] = decay_groups(model)
+        engine, *_ = dscpp.initialize(model=model, config=config, **kwargs)
+        losses = []
+        for batch in global_batches("gpt", STEPS, 4):
+            engine.backward(engine(*batch))
+            engine.step()
+            losses.append(engine.last_step()["loss"])
+        return losses
+    client = ds_config(2, 1, 1)
+    del client["optimizer"]
+    assert run(client, optimizer=True) == pytest.approx(expected, abs=1e-5)
+    offload = ds_config(2, 1, 1)
+    offload["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    assert run(offload) == pytest.approx(expected, abs=1e-5)
+    offload["zero_optimization"]["offload_optimizer"] = {"device": "nvme", "nvme_path": str(tmp_path)}
+    offload["zero_optimization"]["sub_group_size"] = 3001
+    assert run(offload) == pytest.approx(expected, abs=1e-5)
+
+
 @pytest.mark.parametrize("stage,offload", [(2, {"offload_optimizer": {"device": "cpu"}}),
                                            (3, {"offload_optimizer": {"device": "nvme", "nvme_path": "NVME"},
                                                 "offload_param": {"device": "nvme", "nvme_path": "NVME"}})])

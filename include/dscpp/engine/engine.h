@@ -56,6 +56,9 @@ struct InitOptions {
   // different data, so without such a group there is nothing to split and the key changes nothing, as in DeepSpeed
   // without an mpu.
   std::shared_ptr<Comm> activation_partition_group;
+  // Parameters, by name, with a weight decay of their own instead of optimizer.params.weight_decay (DeepSpeed's
+  // parameter groups; typically 0 for biases and norms). Every name must be a trainable parameter's.
+  std::map<std::string, double> weight_decay;
 };
 
 // What the last accumulation boundary did.
@@ -222,6 +225,8 @@ class Engine {
   // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
   void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
+  // InitOptions::weight_decay as ranges of this rank's master partition for the optimizer.
+  void set_weight_decay(const std::map<std::string, double>& by_name);
   void log_step(const StepReport& report);
   // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
   void write_monitors(const StepReport& report);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,15 @@ struct OptimizerSlice {
   // Optional (undefined: none). Receives the updated parameters in its own dtype: ZeRO-Offload's 16-bit copy,
   // written in the same pass by the CPU Adam.
   torch::Tensor param16;
+  // This range's own weight decay (a parameter group's, e.g. none for biases and norms) instead of the optimizer's.
+  std::optional<double> weight_decay;
+};
+
+// A range of the partition whose parameters have a weight decay of their own (DeepSpeed's parameter groups).
+struct DecayRange {
+  int64_t begin = 0;
+  int64_t numel = 0;
+  double weight_decay = 0.0;
 };
 
 class FlatOptimizer {
@@ -39,6 +49,16 @@ class FlatOptimizer {
   // and updates only slices the caller provides.
   virtual void begin_step() = 0;
   virtual void update(const OptimizerSlice& slice, double lr) = 0;
+
+  // update() for a slice that starts `offset` elements into the partition, split where set_decay_ranges gives
+  // its elements another weight decay. Without such ranges it is update().
+  void update_at(const OptimizerSlice& slice, int64_t offset, double lr);
+
+  // Ranges of the partition updated with their own weight decay; the rest takes the optimizer's. Sorted by `begin`,
+  // disjoint, inside [0, numel()) (std::invalid_argument otherwise). Adjacent ranges of one decay are merged, so
+  // the number of updates a step makes is the number of changes of decay along the partition.
+  void set_decay_ranges(std::vector<DecayRange> ranges);
+  const std::vector<DecayRange>& decay_ranges() const { return decay_ranges_; }
 
   // The partition size given at construction.
   virtual int64_t numel() const = 0;
@@ -64,6 +84,9 @@ class FlatOptimizer {
   virtual void set_step_count(int64_t steps) = 0;
 
   virtual std::string name() const = 0;
+
+ private:
+  std::vector<DecayRange> decay_ranges_;
 };
 
 // Which arithmetic updates host tensors.

@@ -93,6 +93,10 @@ class ZeroStage {
   // Checkpoints address the master and optimizer state through it, whatever the stage.
   virtual const FlatLayout& layout() const = 0;
   virtual bool master_is_whole() const { return false; }
+  // The fragments of the parameters `rank`'s master partition holds (every parameter whole when master_is_whole()),
+  // and where a fragment of them starts in that partition.
+  std::vector<ShardFragment> master_fragments(int rank) const;
+  int64_t master_offset(const ShardFragment& fragment, int rank) const;
 
   // The master now lives in an offload store (offload_optimizer nvme): frees this stage's copy. After it,
   // master_params() is undefined and publishing goes through publish_range. Stages 1-3.

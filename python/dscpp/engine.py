@@ -174,12 +174,10 @@ class DeepSpeedEngine:
     # ---- checkpoints ----------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True, exclude_frozen_parameters=False):
-        """Collective. Writes save_dir/<tag>/ (default tag global_step<N>) and then save_dir/latest. `client_state`
-        must be JSON (no pickles: nothing in a checkpoint runs code on load). Returns True."""
-        if not save_latest:
-            raise NotImplementedError("save_checkpoint(save_latest=False) is not supported: `latest` always moves")
-        if exclude_frozen_parameters:
-            raise NotImplementedError("save_checkpoint(exclude_frozen_parameters=True) is not supported")
+        """Collective. Writes save_dir/<tag>/ (default tag global_step<N>) and then, with save_latest,
+        save_dir/latest. Besides the trained state it holds the module's buffers (BatchNorm's running statistics) and
+        frozen parameters, rank 0's, unless exclude_frozen_parameters. `client_state` must be JSON (no pickles:
+        nothing in a checkpoint runs code on load). Returns True."""
         if self.lr_scheduler is not None:  # the client scheduler's state travels in the client state
             if not isinstance(client_state, dict):
                 raise TypeError("save_checkpoint: with a client lr_scheduler, client_state must be a dict")
@@ -189,7 +187,8 @@ class DeepSpeedEngine:
         except TypeError as e:
             raise TypeError(f"save_checkpoint: client_state must be JSON-serialisable ({e}); checkpoints hold no "
                             "pickles") from None
-        self._engine.save_checkpoint(os.fspath(save_dir), "" if tag is None else str(tag), state)
+        self._engine.save_checkpoint(os.fspath(save_dir), "" if tag is None else str(tag), state, bool(save_latest),
+                                     bool(exclude_frozen_parameters))
         return True
 
     def load_checkpoint(self, load_dir, tag=None, load_module_strict=True, load_optimizer_states=True,

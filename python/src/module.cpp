@@ -183,10 +183,15 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("memory_json", [](const Engine& e) { return to_json(e.memory()).dump(); })
       .def(
           "save_checkpoint",
-          [](Engine& e, const std::string& dir, const std::string& tag, const std::string& client_state) {
-            return e.save_checkpoint(dir, tag, nlohmann::json::parse(client_state));
+          [](Engine& e, const std::string& dir, const std::string& tag, const std::string& client_state,
+             bool save_latest, bool exclude_frozen_parameters) {
+            CheckpointSaveOptions options;
+            options.save_latest = save_latest;
+            options.exclude_frozen_parameters = exclude_frozen_parameters;
+            return e.save_checkpoint(dir, tag, nlohmann::json::parse(client_state), options);
           },
-          py::arg("save_dir"), py::arg("tag"), py::arg("client_state_json"), py::call_guard<py::gil_scoped_release>())
+          py::arg("save_dir"), py::arg("tag"), py::arg("client_state_json"), py::arg("save_latest"),
+          py::arg("exclude_frozen_parameters"), py::call_guard<py::gil_scoped_release>())
       .def(
           "load_checkpoint",
           [](Engine& e, const std::string& dir, const std::string& tag, bool load_optimizer_states,

@@ -43,6 +43,10 @@ std::string shard_file_name(int rank) {
 nlohmann::json Manifest::to_json() const {
   nlohmann::json params_json = nlohmann::json::array();
   for (const auto& p : params) params_json.push_back({{"name", p.name}, {"shape", p.shape}});
+  nlohmann::json module_json = nlohmann::json::array();
+  for (const auto& e : module_state) {
+    module_json.push_back({{"name", e.name}, {"shape", e.shape}, {"dtype", e.dtype}, {"frozen", e.frozen}});
+  }
   nlohmann::json files_json = nlohmann::json::array();
   for (const auto& f : files) {
     nlohmann::json fragments = nlohmann::json::array();
@@ -69,6 +73,7 @@ nlohmann::json Manifest::to_json() const {
             {"last_overflow_iteration", loss_scaler.last_overflow_iteration},
             {"hysteresis", loss_scaler.hysteresis}}},
           {"params", params_json},
+          {"module_state", module_json},
           {"files", files_json},
           {"config", config},
           {"client_state", client_state}};
@@ -117,6 +122,13 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   m.loss_scaler.iteration = get<int64_t>(scaler, "iteration", source, "loss_scaler");
   m.loss_scaler.last_overflow_iteration = get<int64_t>(scaler, "last_overflow_iteration", source, "loss_scaler");
   m.loss_scaler.hysteresis = get<int>(scaler, "hysteresis", source, "loss_scaler");
+  // Written since module state was saved; a manifest without it has none (the load keeps the model's own).
+  for (const auto& e : json.value("module_state", nlohmann::json::array())) {
+    m.module_state.push_back({get<std::string>(e, "name", source, "module_state[]"),
+                              get<std::vector<int64_t>>(e, "shape", source, "module_state[]"),
+                              get<std::string>(e, "dtype", source, "module_state[]"),
+                              get<bool>(e, "frozen", source, "module_state[]")});
+  }
   m.config = json.value("config", nlohmann::json());
   m.client_state = json.value("client_state", nlohmann::json());
   if (m.world_size < 1 || m.zero_stage < 0 || m.zero_stage > 3) {

@@ -116,12 +116,26 @@ std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r) const
   out.push_back({kRngTensor, kRngTensor, {}});
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
   if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
+  if (r == 0) {
+    for (int i : saved_module_state()) {
+      out.push_back({shard_tensor_name(kModuleKind, s_.module_state[i].name), kModuleKind, {}, i});
+    }
+  }
+  return out;
+}
+
+std::vector<int> Checkpointer::saved_module_state() const {
+  std::vector<int> out;
+  for (int i = 0; i < static_cast<int>(s_.module_state.size()); ++i) {
+    if (!(saving_.exclude_frozen_parameters && s_.module_state[i].frozen)) out.push_back(i);
+  }
   return out;
 }
 
 std::string Checkpointer::save(const std::string& save_dir, const std::string& tag_arg,
-                               const nlohmann::json& client_state) {
+                               const nlohmann::json& client_state, const CheckpointSaveOptions& options) {
   check_at_boundary("save_checkpoint");
+  saving_ = options;
   const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(s_.progress.global_steps) : tag_arg;
   validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
@@ -151,7 +165,7 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
     kill_point("manifest_written");
     publish_staging(save_dir, tag);
     kill_point("published");
-    write_latest(save_dir, tag);
+    if (options.save_latest) write_latest(save_dir, tag);
   });
   s_.log("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
        std::to_string(s_.progress.global_steps) + ", " + std::to_string(world_size()) + " shard files)");
@@ -166,6 +180,7 @@ std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng.cpu();
     if (t.kind == kRngCudaTensor) return rng.cuda();
+    if (t.kind == kModuleKind) return s_.module_state[t.module].tensor.detach().cpu();
     const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
@@ -224,6 +239,10 @@ Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohman
   const auto scaler = s_.scaler.state();
   m.loss_scaler = {s_.scaler.name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
   m.params = s_.params;
+  for (int i : saved_module_state()) {
+    const auto& t = s_.module_state[i];
+    m.module_state.push_back({t.name, t.tensor.sizes().vec(), c10::toString(t.tensor.scalar_type()), t.frozen});
+  }
   m.config = s_.config.resolved;
   m.client_state = client_state;
   return m;
@@ -254,6 +273,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   const bool optimizer_states = options.load_optimizer_states && !options.load_module_only;
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
+  std::vector<torch::Tensor> module_values;  // per module_state entry: its saved value, or undefined (kept)
   std::set<std::string> saved;  // the parameters the checkpoint has (all of this model's, when strict)
   for (const auto& p : m.params) saved.insert(p.name);
   int64_t kept_params = 0;
@@ -276,10 +296,17 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
         cuda_rng_state = checkpoint->read(rank(), kRngCudaTensor);
       }
     }
+    module_values = read_module_state(*checkpoint, (fs::path(loaded.path) / kManifestFile).string());
   });
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
   commit_master_writes(writes);
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < module_values.size(); ++i) {
+      if (module_values[i].defined()) s_.module_state[i].tensor.copy_(module_values[i]);
+    }
+  }
   if (optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
   if (!options.load_module_only) restore_progress(m, rng_state, cuda_rng_state, options.load_lr_scheduler_states);
   loaded.client_state = m.client_state;
@@ -318,6 +345,29 @@ void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_
     s_.log("[deepspeed.cpp] the checkpoint has " + std::to_string(m.world_size) + " ranks' generator states: ranks " +
          std::to_string(m.world_size) + ".." + std::to_string(world_size() - 1) + " keep their own");
   }
+}
+
+// The saved value of each module_state entry the checkpoint has (rank 0's file; same name, shape and dtype), or an
+// undefined tensor where it has none (an older checkpoint, a save that excluded frozen parameters, another model's
+// buffers): that tensor keeps its value. A tensor saved under our name with another shape or dtype is an error.
+std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& checkpoint,
+                                                           const std::string& source) const {
+  std::map<std::string, const ModuleStateEntry*> saved;
+  for (const auto& e : checkpoint.manifest().module_state) saved.emplace(e.name, &e);
+  std::vector<torch::Tensor> out(s_.module_state.size());
+  for (size_t i = 0; i < s_.module_state.size(); ++i) {
+    const auto& ours = s_.module_state[i];
+    const auto it = saved.find(ours.name);
+    if (it == saved.end()) continue;
+    const auto dtype = std::string(c10::toString(ours.tensor.scalar_type()));
+    if (it->second->shape != ours.tensor.sizes().vec() || it->second->dtype != dtype) {
+      throw CheckpointError(source + ": module tensor '" + ours.name + "' is " + shape_text(it->second->shape) + " " +
+                            it->second->dtype + " there, " + shape_text(ours.tensor.sizes().vec()) + " " + dtype +
+                            " here");
+    }
+    out[i] = checkpoint.read(0, shard_tensor_name(kModuleKind, ours.name));
+  }
+  return out;
 }
 
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,

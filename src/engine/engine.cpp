@@ -150,6 +150,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   std::vector<torch::Tensor> params;  // trainable: what ZeRO partitions and the optimizer updates
   std::vector<std::string> names;
   std::vector<torch::Tensor> rest;    // frozen parameters and buffers
+  std::vector<CheckpointedState::ModuleTensor> module_state;  // the same, named, for checkpoints
   for (const auto& p : model.params) {
     if (p.tensor.requires_grad()) {
       params.push_back(p.tensor);
@@ -157,9 +158,13 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
       params_.push_back({p.name, p.tensor.sizes().vec()});
     } else {
       rest.push_back(p.tensor);
+      module_state.push_back({p.name, p.tensor, /*frozen=*/true});
     }
   }
-  for (const auto& b : model.buffers) rest.push_back(b.tensor);
+  for (const auto& b : model.buffers) {
+    rest.push_back(b.tensor);
+    module_state.push_back({b.name, b.tensor, /*frozen=*/false});
+  }
   for (const auto& unit : model.units) unit_names_.push_back(unit.name);
   // Where training runs: the parameters' device. As DeepSpeed does, a rank training on a GPU makes the GPU its
   // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an
@@ -267,7 +272,8 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   }
 
   checkpointer_ = std::make_unique<Checkpointer>(CheckpointedState{
-      config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_, params_, dtype_, device_, log_});
+      config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_, params_, std::move(module_state),
+      dtype_, device_, log_});
 
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +

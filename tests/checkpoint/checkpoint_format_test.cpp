@@ -118,10 +118,19 @@ TEST(Manifest, RoundTripsThroughJson) {
   auto m = two_rank_manifest();
   m.client_state = {{"epoch", 3}};
   m.files[1].tensor_crc32["master/b"] = 4000000000u;
+  m.scheduler_position = 5;
+  m.module_state = {{"bn.running_mean", {3}, "Float", false}, {"emb.weight", {4, 2}, "BFloat16", true}};
   const auto back = Manifest::from_json(m.to_json(), "x");
   EXPECT_EQ(back.to_json(), m.to_json());
   EXPECT_EQ(back.files[1].tensor_crc32.at("master/b"), 4000000000u);
   EXPECT_EQ(back.client_state["epoch"], 3);
+  EXPECT_EQ(back.scheduler_position, 5);
+  ASSERT_EQ(back.module_state.size(), 2u);
+  EXPECT_TRUE(back.module_state[1].frozen);
+  // A manifest written before module state was saved has none: loads keep the model's own buffers.
+  auto older = m.to_json();
+  older.erase("module_state");
+  EXPECT_TRUE(Manifest::from_json(older, "x").module_state.empty());
 }
 
 TEST(Manifest, BadManifestsAreErrorsNamingTheFileAndWhatIsWrong) {

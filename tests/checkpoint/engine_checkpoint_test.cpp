@@ -215,5 +215,59 @@ TEST(EngineCheckpoint, NonStrictLoadSkipsParametersOnlyOneSideHas) {
   }
 }
 
+// A Linear(8, 4) beside a buffer and a frozen parameter, as a model with running statistics and a frozen part is.
+struct StatefulImpl : torch::nn::Module {
+  explicit StatefulImpl(int64_t running_size = 3) {
+    fc = register_module("fc", torch::nn::Linear(8, 4));
+    running = register_buffer("running", torch::zeros({running_size}));
+    frozen = register_parameter("frozen", torch::ones({2}), /*requires_grad=*/false);
+  }
+  torch::nn::Linear fc{nullptr};
+  torch::Tensor running, frozen;
+};
+
+// The module's buffers and frozen parameters are in the checkpoint (rank 0's, as DeepSpeed's module state), unless
+// exclude_frozen_parameters leaves the frozen ones out; save_latest = false leaves `latest` where it was.
+TEST(EngineCheckpoint, BuffersAndFrozenParametersTravelWithTheCheckpoint) {
+  const auto dir = temp_dir("engine_checkpoint_module_state");
+  auto saved_model = std::make_shared<StatefulImpl>();
+  auto saved = make_engine("AdamW", 1, saved_model);
+  {
+    torch::NoGradGuard no_grad;
+    saved_model->running.copy_(torch::tensor({1.5f, -2.0f, 7.0f}));
+    saved_model->frozen.fill_(3.0f);
+  }
+  saved->save_checkpoint((dir / "ckpt").string(), "all");
+  CheckpointSaveOptions options;
+  options.exclude_frozen_parameters = true;
+  options.save_latest = false;
+  saved->save_checkpoint((dir / "ckpt").string(), "no_frozen", nullptr, options);
+  EXPECT_EQ(read_text(dir / "ckpt" / "latest"), "all\n") << "save_latest = false left `latest` alone";
+  const auto manifest = Manifest::read((dir / "ckpt" / "no_frozen").string());
+  ASSERT_EQ(manifest.module_state.size(), 1u);
+  EXPECT_EQ(manifest.module_state[0].name, "running");
+
+  auto model = std::make_shared<StatefulImpl>();
+  auto engine = make_engine("AdamW", 1, model);
+  engine->load_checkpoint((dir / "ckpt").string());
+  EXPECT_TRUE(torch::equal(model->running, saved_model->running));
+  EXPECT_TRUE(torch::equal(model->frozen, saved_model->frozen));
+
+  auto kept_model = std::make_shared<StatefulImpl>();
+  make_engine("AdamW", 1, kept_model)->load_checkpoint((dir / "ckpt").string(), "no_frozen");
+  EXPECT_TRUE(torch::equal(kept_model->running, saved_model->running));
+  EXPECT_TRUE(torch::equal(kept_model->frozen, torch::ones({2}))) << "not in the checkpoint: its own value stays";
+
+  auto other = make_engine("AdamW", 1, std::make_shared<StatefulImpl>(5));
+  try {
+    other->load_checkpoint((dir / "ckpt").string());
+    FAIL() << "no error";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("module tensor 'running' is [3] Float there, [5] Float here"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dscpp::testing

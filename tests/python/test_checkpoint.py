@@ -152,3 +152,37 @@ def test_load_options_as_deepspeeds(tmp_path, stage):
     assert step(wider) == next_loss
     with pytest.raises(NotImplementedError, match="custom_load_fn"):
         wider.load_checkpoint(str(tmp_path), custom_load_fn=lambda src, dst: None)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_buffers_and_frozen_parameters_travel_with_the_checkpoint(tmp_path, stage):
+    """resnet18's BatchNorm running statistics and a frozen layer are in the checkpoint (rank 0's, as DeepSpeed's
+    module state): a fresh engine of another seed loads them; exclude_frozen_parameters leaves the frozen layer's
+    own values; save_latest=False leaves `latest` naming the tag it named."""
+    from models import global_batches
+
+    def build(seed):
+        model = make_model("resnet", seed=seed)
+        model.net.conv1.weight.requires_grad_(False)
+        return model, dscpp.initialize(model=model, config=ds_config(stage=stage, grad_accum=1, world=1))[0]
+
+    saved_model, saved = build(0)
+    for images, labels in global_batches("resnet", 2, 4):
+        saved.backward(saved(images, labels))
+        saved.step()
+    saved.save_checkpoint(str(tmp_path), tag="all")
+    saved.save_checkpoint(str(tmp_path), tag="trained_only", exclude_frozen_parameters=True, save_latest=False)
+    assert (tmp_path / "latest").read_text().strip() == "all"
+    buffers = {n: b.clone() for n, b in saved_model.named_buffers()}
+    frozen = saved_model.net.conv1.weight.detach().clone()
+    assert buffers["net.bn1.num_batches_tracked"].item() == 2
+
+    model, engine = build(5)
+    assert not torch.equal(model.net.conv1.weight, frozen)
+    own_frozen = model.net.conv1.weight.detach().clone()
+    engine.load_checkpoint(str(tmp_path), tag="trained_only")
+    assert torch.equal(model.net.conv1.weight, own_frozen)
+    engine.load_checkpoint(str(tmp_path))
+    for name, b in model.named_buffers():
+        assert torch.equal(b, buffers[name]), name
+    assert torch.equal(model.net.conv1.weight, frozen)

@@ -28,11 +28,21 @@ constexpr const char* kMasterKind = "master";   // fp32 master weights
 constexpr const char* kParam16Kind = "param16"; // compute-dtype weights (16-bit training only)
 constexpr const char* kRngTensor = "rng/cpu";   // the rank's CPU generator state
 constexpr const char* kRngCudaTensor = "rng/cuda";  // the rank's CUDA generator state (written by GPU runs only)
+constexpr const char* kModuleKind = "module";   // a buffer or frozen parameter, whole (rank 0's file only)
 
 struct ParamEntry {
   std::string name;
   std::vector<int64_t> shape;
   int64_t numel() const;
+};
+
+// A tensor of the module the optimizer does not train, saved whole by rank 0: a buffer (BatchNorm's running
+// statistics) or a frozen parameter, as DeepSpeed's module state holds them.
+struct ModuleStateEntry {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::string dtype;    // torch's name, e.g. "Float"
+  bool frozen = false;  // a parameter with requires_grad false (else a buffer)
 };
 
 struct Fragment {
@@ -75,6 +85,7 @@ struct Manifest {
   int64_t scheduler_position = 0;     // the steps it has applied (global - skipped unless a load reset it)
   ScalerEntry loss_scaler;
   std::vector<ParamEntry> params;     // the model's trainable parameters, in registration order
+  std::vector<ModuleStateEntry> module_state;  // buffers and frozen parameters, in rank 0's file (absent: none)
   std::vector<ShardFile> files;       // one per rank, by rank
   nlohmann::json config;              // the resolved DeepSpeed config
   nlohmann::json client_state;        // whatever the program passed to save_checkpoint (null if nothing)

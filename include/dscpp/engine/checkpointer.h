@@ -25,6 +25,8 @@
 
 namespace dscpp {
 
+class CheckpointReader;
+
 struct CheckpointLoadOptions {
   // false: weights and step counters only; the optimizer's state is left as it is (fresh in a new engine), so the
   // checkpoint's optimizer need not be this one.
@@ -40,6 +42,13 @@ struct CheckpointLoadOptions {
   // checkpoint's parameters this model does not have are ignored; a parameter both have must still agree in shape
   // (DeepSpeed's load_module_strict, torch's load_state_dict(strict=False)).
   bool load_module_strict = true;
+};
+
+struct CheckpointSaveOptions {
+  // false: the tag is written, but `latest` keeps naming the one it named (DeepSpeed's save_latest).
+  bool save_latest = true;
+  // true: frozen parameters are left out (DeepSpeed's exclude_frozen_parameters); a load keeps the model's own.
+  bool exclude_frozen_parameters = false;
 };
 
 struct LoadedCheckpoint {
@@ -58,6 +67,14 @@ struct CheckpointedState {
   LossScaler& scaler;
   TrainingProgress& progress;
   std::vector<ParamEntry> params;  // the trainable parameters' names and shapes, in registration order
+  // The module's tensors the optimizer does not train: buffers and frozen parameters. Rank 0's are saved (as
+  // DeepSpeed saves rank 0's module state) and every rank loads them.
+  struct ModuleTensor {
+    std::string name;
+    torch::Tensor tensor;
+    bool frozen = false;
+  };
+  std::vector<ModuleTensor> module_state;
   torch::ScalarType dtype;         // the compute dtype (16-bit weights are saved in it)
   torch::Device device;            // where training runs (a GPU's generator is saved too)
   std::function<void(const std::string&)> log;
@@ -68,7 +85,8 @@ class Checkpointer {
   explicit Checkpointer(CheckpointedState state) : s_(std::move(state)) {}
 
   // See Engine::save_checkpoint / load_checkpoint / load_weights, which call these.
-  std::string save(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state);
+  std::string save(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
+                   const CheckpointSaveOptions& options = {});
   LoadedCheckpoint load(const std::string& load_dir, const std::string& tag, const CheckpointLoadOptions& options);
   using WeightSource = std::function<torch::Tensor(const std::string& name, const std::vector<int64_t>& shape)>;
   // `wanted(name)` false: that parameter keeps its value (null: every parameter is set).
@@ -79,7 +97,8 @@ class Checkpointer {
   struct ShardTensor {
     std::string name;  // in the file
     std::string kind;
-    ShardFragment fragment;  // unused for kRngTensor
+    ShardFragment fragment;  // unused for kRngTensor and kModuleKind
+    int module = -1;         // kModuleKind: its index in CheckpointedState::module_state
   };
 
   int rank() const { return s_.comm.rank(); }
@@ -98,8 +117,12 @@ class Checkpointer {
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
   void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state,
                         bool schedule_position);
+  // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
+  std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) const;
+  // The module_state entries this save writes (in order): all, or the buffers alone.
+  std::vector<int> saved_module_state() const;
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
   std::vector<ShardFragment> master_fragments() const;
   // Which part of the stage's master_params() holds fragment `f` of this rank's layout.
@@ -111,6 +134,7 @@ class Checkpointer {
   // republishes the compute-dtype weights from them.
   void commit_master_writes(const std::vector<StateStore::Update>& writes);
 
+  CheckpointSaveOptions saving_;  // the options of the save in progress (shard_contents reads them)
   CheckpointedState s_;
 };
 

@@ -181,11 +181,13 @@ class Engine {
   // parameters, plus its CPU generator state (and, training on a GPU, that GPU's); and a manifest (JSON) with the
   // config, counters, loss scaler and every tensor's CRC-32. `save_dir/latest` names the tag only once all of it is
   // fsynced and in place, so a crash during a save leaves the previous checkpoint and `latest` intact (re-saving an
-  // existing tag swaps the new one in atomically). `client_state` is stored as is. Returns the tag directory. Throws
-  // CheckpointError on every rank when any rank fails; other tags and `latest` are untouched.
+  // existing tag swaps the new one in atomically). `client_state` is stored as is. Rank 0's file also holds the
+  // module's buffers and frozen parameters, whole (rank 0's values, as DeepSpeed's module state). Returns the tag
+  // directory. Throws CheckpointError on every rank when any rank fails; other tags and `latest` are untouched.
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
-                              const nlohmann::json& client_state = nullptr) {
-    return checkpointer_->save(save_dir, tag, client_state);
+                              const nlohmann::json& client_state = nullptr,
+                              const CheckpointSaveOptions& options = {}) {
+    return checkpointer_->save(save_dir, tag, client_state, options);
   }
 
   // Loads `load_dir/<tag>` (`tag` empty: the one `latest` names) into this engine, whatever world size and ZeRO

@@ -24,6 +24,28 @@ std::optional<torch::ScalarType> dtype_named(const std::string& name) {
   return std::nullopt;
 }
 
+// One tensor of the output: a trained parameter (assembled from its fragments) or a module tensor (a buffer or
+// frozen parameter, whole in rank 0's file).
+struct OutputTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  torch::ScalarType dtype;  // as written
+  bool module = false;
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+};
+
+torch::ScalarType scalar_type_named(const std::string& name, const std::string& source) {
+  for (auto t : {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16, torch::kInt64, torch::kInt32,
+                 torch::kInt16, torch::kInt8, torch::kUInt8, torch::kBool}) {
+    if (name == c10::toString(t)) return t;
+  }
+  throw CheckpointError(source + ": module_state dtype '" + name + "' is not one a checkpoint holds");
+}
+
 }  // namespace
 
 int64_t parse_byte_size(const std::string& text) {
@@ -63,18 +85,28 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
   // The 16-bit weights as trained, when asked for that dtype; otherwise the fp32 master (rounded if asked).
   const bool from_param16 = options.dtype != torch::kFloat32 && dtype_named(m.compute_dtype) == options.dtype;
   const std::string kind = from_param16 ? kParam16Kind : kMasterKind;
-  const int64_t element = static_cast<int64_t>(c10::elementSize(options.dtype));
 
-  // Shards as HF plans them: parameters in order, a new file when the next one would pass the limit.
-  std::vector<std::vector<const ParamEntry*>> shards(1);
+  // What the model's state_dict holds: the trained parameters, then (native format) the buffers and frozen
+  // parameters, floating ones in the asked dtype and the others (BatchNorm's num_batches_tracked) as saved.
+  const bool hf = options.format == WeightsFormat::kHfGpt2;
+  std::vector<OutputTensor> tensors;
+  for (const auto& p : m.params) tensors.push_back({p.name, p.shape, options.dtype, false});
+  if (!hf) {
+    for (const auto& e : m.module_state) {
+      const auto saved = scalar_type_named(e.dtype, checkpoint.tag_dir() + "/" + kManifestFile);
+      tensors.push_back({e.name, e.shape, c10::isFloatingType(saved) ? options.dtype : saved, true});
+    }
+  }
+  // Shards as HF plans them: tensors in order, a new file when the next one would pass the limit.
+  std::vector<std::vector<const OutputTensor*>> shards(1);
   int64_t in_shard = 0;
-  for (const auto& p : m.params) {
-    const int64_t bytes = p.numel() * element;
+  for (const auto& t : tensors) {
+    const int64_t bytes = t.numel() * static_cast<int64_t>(c10::elementSize(t.dtype));
     if (in_shard > 0 && in_shard + bytes > options.max_shard_bytes) {
       shards.emplace_back();
       in_shard = 0;
     }
-    shards.back().push_back(&p);
+    shards.back().push_back(&t);
     in_shard += bytes;
     result.total_bytes += bytes;
     result.largest_tensor_bytes = std::max(result.largest_tensor_bytes, bytes);
@@ -83,25 +115,29 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) throw CheckpointError(out_dir + ": cannot create: " + ec.message());
-  const bool hf = options.format == WeightsFormat::kHfGpt2;
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
     char name[64];
     std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", s + 1, shards.size());
     const std::string file = shards.size() == 1 ? "model.safetensors" : name;
     std::vector<TensorInfo> infos;
-    for (const auto* p : shards[s]) {
-      auto shape = p->shape;
-      if (hf && is_hf_gpt2_conv1d_weight(p->name) && shape.size() == 2) std::swap(shape[0], shape[1]);
-      infos.push_back({p->name, options.dtype, shape});
+    for (const auto* t : shards[s]) {
+      auto shape = t->shape;
+      if (hf && is_hf_gpt2_conv1d_weight(t->name) && shape.size() == 2) std::swap(shape[0], shape[1]);
+      infos.push_back({t->name, t->dtype, shape});
     }
     SafetensorsWriter writer((fs::path(out_dir) / file).string(), infos, {{"format", "pt"}});
-    for (const auto* p : shards[s]) {
-      auto whole = torch::empty({p->numel()}, torch::TensorOptions().dtype(from_param16 ? options.dtype : torch::kFloat32));
-      checkpoint.read_range(kind, p->name, 0, whole);
-      auto value = whole.view(p->shape).to(options.dtype);
-      writer.write(p->name, hf ? to_hf_gpt2(p->name, value) : value);
-      weight_map[p->name] = file;
+    for (const auto* t : shards[s]) {
+      if (t->module) {
+        writer.write(t->name, checkpoint.read(0, shard_tensor_name(kModuleKind, t->name)).view(t->shape).to(t->dtype));
+      } else {
+        auto whole =
+            torch::empty({t->numel()}, torch::TensorOptions().dtype(from_param16 ? options.dtype : torch::kFloat32));
+        checkpoint.read_range(kind, t->name, 0, whole);
+        auto value = whole.view(t->shape).to(options.dtype);
+        writer.write(t->name, hf ? to_hf_gpt2(t->name, value) : value);
+      }
+      weight_map[t->name] = file;
     }
     writer.close();
     result.files.push_back(file);

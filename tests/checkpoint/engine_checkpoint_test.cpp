@@ -3,11 +3,14 @@
 // covered by the exact-resume runs in checkpoint_process_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "../common/subprocess.h"
 #include "../common/test_device.h"
+#include "dscpp/checkpoint/consolidate.h"
 #include "dscpp/checkpoint/manifest.h"
+#include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/dscpp.h"
 
 namespace dscpp::testing {
@@ -257,6 +260,18 @@ TEST(EngineCheckpoint, BuffersAndFrozenParametersTravelWithTheCheckpoint) {
   make_engine("AdamW", 1, kept_model)->load_checkpoint((dir / "ckpt").string(), "no_frozen");
   EXPECT_TRUE(torch::equal(kept_model->running, saved_model->running));
   EXPECT_TRUE(torch::equal(kept_model->frozen, torch::ones({2}))) << "not in the checkpoint: its own value stays";
+
+  // Consolidated, the weights are the whole state_dict: trained, buffer and frozen tensors, bf16 where floating.
+  ConsolidateOptions bf16;
+  bf16.dtype = torch::kBFloat16;
+  consolidate((dir / "ckpt").string(), (dir / "weights").string(), bf16);
+  SafetensorsReader weights((dir / "weights" / "model.safetensors").string());
+  std::vector<std::string> names;
+  for (const auto& t : weights.tensors()) names.push_back(t.info.name);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"fc.bias", "fc.weight", "frozen", "running"}));
+  EXPECT_TRUE(torch::equal(weights.read("running"), saved_model->running.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(weights.read("frozen"), saved_model->frozen.to(torch::kBFloat16)));
 
   auto other = make_engine("AdamW", 1, std::make_shared<StatefulImpl>(5));
   try {

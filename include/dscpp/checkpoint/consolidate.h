@@ -32,7 +32,8 @@ struct ConsolidateResult {
 };
 
 // Writes `out_dir`/model.safetensors, or model-0000i-of-0000n.safetensors and model.safetensors.index.json when
-// the weights exceed max_shard_bytes. Every fragment is checked against its CRC. Throws CheckpointError naming the
+// the weights exceed max_shard_bytes: the trained parameters and (native format) the module's buffers and frozen
+// parameters, so the result loads into the model with load_state_dict(strict=True). Every fragment is checked against its CRC. Throws CheckpointError naming the
 // file and the problem; files are only moved into place once complete.
 ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::string& out_dir,
                               const ConsolidateOptions& options);

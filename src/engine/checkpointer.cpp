@@ -347,9 +347,10 @@ void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_
   }
 }
 
-// The saved value of each module_state entry the checkpoint has (rank 0's file; same name, shape and dtype), or an
-// undefined tensor where it has none (an older checkpoint, a save that excluded frozen parameters, another model's
-// buffers): that tensor keeps its value. A tensor saved under our name with another shape or dtype is an error.
+// The saved value of each module_state entry the checkpoint has (rank 0's file, by name), or an undefined tensor
+// where it has none (an older checkpoint, a save that excluded frozen parameters, another model's buffers): that
+// tensor keeps its value. A floating tensor may come from a run of another compute dtype (bf16 buffers into an fp32
+// run: the copy converts them); another shape, or a floating one saved for an integer one, is an error.
 std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& checkpoint,
                                                            const std::string& source) const {
   std::map<std::string, const ModuleStateEntry*> saved;
@@ -360,7 +361,10 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
     const auto it = saved.find(ours.name);
     if (it == saved.end()) continue;
     const auto dtype = std::string(c10::toString(ours.tensor.scalar_type()));
-    if (it->second->shape != ours.tensor.sizes().vec() || it->second->dtype != dtype) {
+    const bool both_floating = ours.tensor.is_floating_point() &&
+                               (it->second->dtype == "Float" || it->second->dtype == "Half" ||
+                                it->second->dtype == "BFloat16" || it->second->dtype == "Double");
+    if (it->second->shape != ours.tensor.sizes().vec() || (it->second->dtype != dtype && !both_floating)) {
       throw CheckpointError(source + ": module tensor '" + ours.name + "' is " + shape_text(it->second->shape) + " " +
                             it->second->dtype + " there, " + shape_text(ours.tensor.sizes().vec()) + " " + dtype +
                             " here");

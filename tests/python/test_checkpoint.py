@@ -186,3 +186,21 @@ def test_buffers_and_frozen_parameters_travel_with_the_checkpoint(tmp_path, stag
     for name, b in model.named_buffers():
         assert torch.equal(b, buffers[name]), name
     assert torch.equal(model.net.conv1.weight, frozen)
+
+
+def test_buffers_saved_in_bf16_load_into_an_fp32_run(tmp_path):
+    """A bf16 run keeps its buffers in bf16; an fp32 run resuming from it takes them converted, as the weights."""
+    from models import global_batches
+    saved_model = make_model("resnet")
+    saved, *_ = dscpp.initialize(model=saved_model, config=ds_config(stage=2, grad_accum=1, world=1, dtype="bf16"))
+    images, labels = global_batches("resnet", 1, 4)[0]
+    saved.backward(saved(images.bfloat16(), labels))
+    saved.step()
+    saved.save_checkpoint(str(tmp_path))
+    model = make_model("resnet", seed=5)
+    engine, *_ = dscpp.initialize(model=model, config=ds_config(stage=2, grad_accum=1, world=1))
+    engine.load_checkpoint(str(tmp_path))
+    mean = model.net.bn1.running_mean
+    assert mean.dtype == torch.float32
+    assert torch.equal(mean, saved_model.net.bn1.running_mean.float())
+    assert not torch.equal(mean, torch.zeros_like(mean))

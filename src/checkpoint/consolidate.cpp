@@ -38,14 +38,6 @@ struct OutputTensor {
   }
 };
 
-torch::ScalarType scalar_type_named(const std::string& name, const std::string& source) {
-  for (auto t : {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16, torch::kInt64, torch::kInt32,
-                 torch::kInt16, torch::kInt8, torch::kUInt8, torch::kBool}) {
-    if (name == c10::toString(t)) return t;
-  }
-  throw CheckpointError(source + ": module_state dtype '" + name + "' is not one a checkpoint holds");
-}
-
 }  // namespace
 
 int64_t parse_byte_size(const std::string& text) {
@@ -93,8 +85,7 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
   for (const auto& p : m.params) tensors.push_back({p.name, p.shape, options.dtype, false});
   if (!hf) {
     for (const auto& e : m.module_state) {
-      const auto saved = scalar_type_named(e.dtype, checkpoint.tag_dir() + "/" + kManifestFile);
-      tensors.push_back({e.name, e.shape, c10::isFloatingType(saved) ? options.dtype : saved, true});
+      tensors.push_back({e.name, e.shape, c10::isFloatingType(e.dtype) ? options.dtype : e.dtype, true});
     }
   }
   // Shards as HF plans them: tensors in order, a new file when the next one would pass the limit.

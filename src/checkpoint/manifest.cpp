@@ -1,6 +1,8 @@
 // Manifest: JSON in and out, and the checks that make a bad manifest an error naming what is wrong.
 #include "dscpp/checkpoint/manifest.h"
 
+#include "dscpp/checkpoint/safetensors.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -45,7 +47,8 @@ nlohmann::json Manifest::to_json() const {
   for (const auto& p : params) params_json.push_back({{"name", p.name}, {"shape", p.shape}});
   nlohmann::json module_json = nlohmann::json::array();
   for (const auto& e : module_state) {
-    module_json.push_back({{"name", e.name}, {"shape", e.shape}, {"dtype", e.dtype}, {"frozen", e.frozen}});
+    module_json.push_back(
+        {{"name", e.name}, {"shape", e.shape}, {"dtype", safetensors_dtype(e.dtype)}, {"frozen", e.frozen}});
   }
   nlohmann::json files_json = nlohmann::json::array();
   for (const auto& f : files) {
@@ -124,9 +127,15 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   m.loss_scaler.hysteresis = get<int>(scaler, "hysteresis", source, "loss_scaler");
   // Written since module state was saved; a manifest without it has none (the load keeps the model's own).
   for (const auto& e : json.value("module_state", nlohmann::json::array())) {
+    const auto dtype = get<std::string>(e, "dtype", source, "module_state[]");
+    torch::ScalarType type;
+    try {
+      type = safetensors_scalar_type(dtype);
+    } catch (const std::invalid_argument& error) {
+      throw CheckpointError(source + ": module_state[]: " + error.what());
+    }
     m.module_state.push_back({get<std::string>(e, "name", source, "module_state[]"),
-                              get<std::vector<int64_t>>(e, "shape", source, "module_state[]"),
-                              get<std::string>(e, "dtype", source, "module_state[]"),
+                              get<std::vector<int64_t>>(e, "shape", source, "module_state[]"), type,
                               get<bool>(e, "frozen", source, "module_state[]")});
   }
   m.config = json.value("config", nlohmann::json());

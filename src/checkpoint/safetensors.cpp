@@ -24,11 +24,6 @@ const std::vector<std::pair<torch::ScalarType, std::string>>& dtype_names() {
   return names;
 }
 
-torch::ScalarType parse_dtype(const std::string& name, const std::string& path) {
-  for (const auto& [type, spelled] : dtype_names())
-    if (spelled == name) return type;
-  throw std::runtime_error(path + ": unsupported safetensors dtype '" + name + "'");
-}
 
 std::string errno_text() { return std::strerror(errno); }
 
@@ -64,6 +59,12 @@ std::string safetensors_dtype(torch::ScalarType dtype) {
   for (const auto& [type, name] : dtype_names())
     if (type == dtype) return name;
   throw std::invalid_argument(std::string("safetensors: no spelling for dtype ") + c10::toString(dtype));
+}
+
+torch::ScalarType safetensors_scalar_type(const std::string& name) {
+  for (const auto& [type, spelled] : dtype_names())
+    if (spelled == name) return type;
+  throw std::invalid_argument("unsupported safetensors dtype '" + name + "'");
 }
 
 SafetensorsWriter::SafetensorsWriter(std::string path, const std::vector<TensorInfo>& tensors,
@@ -186,11 +187,13 @@ SafetensorsReader::SafetensorsReader(std::string path) : path_(std::move(path)) 
       StoredTensor stored;
       std::vector<int64_t> range;
       try {
-        stored.info = {name, parse_dtype(entry.at("dtype").get<std::string>(), path_),
+        stored.info = {name, safetensors_scalar_type(entry.at("dtype").get<std::string>()),
                        entry.at("shape").get<std::vector<int64_t>>()};
         range = entry.at("data_offsets").get<std::vector<int64_t>>();
       } catch (const nlohmann::json::exception& e) {
         throw std::runtime_error(path_ + ": bad header entry for '" + name + "': " + e.what());
+      } catch (const std::invalid_argument& e) {  // a dtype the format does not have
+        throw std::runtime_error(path_ + ": " + e.what());
       }
       int64_t numel = 1;
       for (int64_t d : stored.info.shape) {

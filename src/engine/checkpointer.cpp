@@ -103,7 +103,7 @@ void Checkpointer::validate_tag_across_ranks(const std::string& tag) const {
 
 std::vector<ShardFragment> Checkpointer::master_fragments() const { return s_.stage.master_fragments(rank()); }
 
-std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r) const {
+std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r, const std::vector<int>& modules) const {
   const auto& layout = s_.stage.layout();
   const auto kinds = s_.optimizer.state_kinds();
   std::vector<ShardTensor> out;
@@ -117,17 +117,17 @@ std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r) const
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
   if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
   if (r == 0) {
-    for (int i : saved_module_state()) {
+    for (int i : modules) {
       out.push_back({shard_tensor_name(kModuleKind, s_.module_state[i].name), kModuleKind, {}, i});
     }
   }
   return out;
 }
 
-std::vector<int> Checkpointer::saved_module_state() const {
+std::vector<int> Checkpointer::saved_module_state(const CheckpointSaveOptions& options) const {
   std::vector<int> out;
   for (int i = 0; i < static_cast<int>(s_.module_state.size()); ++i) {
-    if (!(saving_.exclude_frozen_parameters && s_.module_state[i].frozen)) out.push_back(i);
+    if (!(options.exclude_frozen_parameters && s_.module_state[i].frozen)) out.push_back(i);
   }
   return out;
 }
@@ -135,7 +135,7 @@ std::vector<int> Checkpointer::saved_module_state() const {
 std::string Checkpointer::save(const std::string& save_dir, const std::string& tag_arg,
                                const nlohmann::json& client_state, const CheckpointSaveOptions& options) {
   check_at_boundary("save_checkpoint");
-  saving_ = options;
+  const auto modules = saved_module_state(options);
   const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(s_.progress.global_steps) : tag_arg;
   validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
@@ -146,7 +146,7 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
 
   // 1. Every rank writes its shard file into the staging directory and keeps its size and checksums.
   std::vector<int64_t> sums;  // file bytes, file crc, then each tensor's crc in shard_contents order
-  all_or_none(s_.comm, "save_checkpoint", [&] { sums = write_shard(staging, tag); });
+  all_or_none(s_.comm, "save_checkpoint", [&] { sums = write_shard(staging, tag, modules); });
   kill_point("shard_written");
 
   // 2. Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
@@ -156,10 +156,12 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   const auto all_sums = s_.comm.side_all_gather(sums);
   all_or_none(s_.comm, "save_checkpoint", [&] {
     if (rank() != 0) return;
-    auto manifest = describe_checkpoint(tag, client_state);
+    auto manifest = describe_checkpoint(tag, client_state, modules);
     for (int r = 0; r < world_size(); ++r) {
-      manifest.files.push_back(describe_shard(r, std::vector<int64_t>(all_sums.begin() + r * longest,
-                                                                      all_sums.begin() + r * longest + lengths[r])));
+      manifest.files.push_back(describe_shard(r,
+                                              std::vector<int64_t>(all_sums.begin() + r * longest,
+                                                                   all_sums.begin() + r * longest + lengths[r]),
+                                              modules));
     }
     write_file_durably((fs::path(staging) / kManifestFile).string(), manifest.to_json().dump(1));
     kill_point("manifest_written");
@@ -172,7 +174,8 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   return (fs::path(save_dir) / tag).string();
 }
 
-std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const std::string& tag) {
+std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const std::string& tag,
+                                               const std::vector<int>& modules) {
   const RngState rng = RngState::capture(s_.device);
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
@@ -185,7 +188,7 @@ std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
   };
-  const auto contents = shard_contents(rank());
+  const auto contents = shard_contents(rank(), modules);
   std::vector<TensorInfo> infos;
   for (const auto& t : contents) {
     const auto value = value_of(t);
@@ -203,8 +206,9 @@ std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const
   return sums;
 }
 
-ShardFile Checkpointer::describe_shard(int r, const std::vector<int64_t>& sums) const {
-  const auto contents = shard_contents(r);
+ShardFile Checkpointer::describe_shard(int r, const std::vector<int64_t>& sums,
+                                       const std::vector<int>& modules) const {
+  const auto contents = shard_contents(r, modules);
   if (sums.size() != contents.size() + 2) {
     throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(sums.size()) +
                            " checksums, rank 0 expected " + std::to_string(contents.size() + 2));
@@ -221,7 +225,8 @@ ShardFile Checkpointer::describe_shard(int r, const std::vector<int64_t>& sums) 
   return file;
 }
 
-Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
+Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state,
+                                           const std::vector<int>& modules) const {
   Manifest m;
   m.tag = tag;
   m.world_size = world_size();
@@ -239,9 +244,9 @@ Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohman
   const auto scaler = s_.scaler.state();
   m.loss_scaler = {s_.scaler.name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
   m.params = s_.params;
-  for (int i : saved_module_state()) {
+  for (int i : modules) {
     const auto& t = s_.module_state[i];
-    m.module_state.push_back({t.name, t.tensor.sizes().vec(), c10::toString(t.tensor.scalar_type()), t.frozen});
+    m.module_state.push_back({t.name, t.tensor.sizes().vec(), t.tensor.scalar_type(), t.frozen});
   }
   m.config = s_.config.resolved;
   m.client_state = client_state;
@@ -360,14 +365,12 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
     const auto& ours = s_.module_state[i];
     const auto it = saved.find(ours.name);
     if (it == saved.end()) continue;
-    const auto dtype = std::string(c10::toString(ours.tensor.scalar_type()));
-    const bool both_floating = ours.tensor.is_floating_point() &&
-                               (it->second->dtype == "Float" || it->second->dtype == "Half" ||
-                                it->second->dtype == "BFloat16" || it->second->dtype == "Double");
-    if (it->second->shape != ours.tensor.sizes().vec() || (it->second->dtype != dtype && !both_floating)) {
+    const auto saved_dtype = it->second->dtype, dtype = ours.tensor.scalar_type();
+    const bool both_floating = c10::isFloatingType(saved_dtype) && c10::isFloatingType(dtype);
+    if (it->second->shape != ours.tensor.sizes().vec() || (saved_dtype != dtype && !both_floating)) {
       throw CheckpointError(source + ": module tensor '" + ours.name + "' is " + shape_text(it->second->shape) + " " +
-                            it->second->dtype + " there, " + shape_text(ours.tensor.sizes().vec()) + " " + dtype +
-                            " here");
+                            c10::toString(saved_dtype) + " there, " + shape_text(ours.tensor.sizes().vec()) + " " +
+                            c10::toString(dtype) + " here");
     }
     out[i] = checkpoint.read(0, shard_tensor_name(kModuleKind, ours.name));
   }

@@ -126,13 +126,18 @@ TEST(ActivationCheckpointing, WithoutGradModeItIsAPlainCall) {
   EXPECT_EQ(checkpointing.stats().checkpoints, 0);
 }
 
-TEST(ActivationCheckpointing, CpuAndContiguousKeepingTrainTheSame) {
-  const auto plain = run_blocks(nullptr);
+// cpu_checkpointing with contiguous_memory_optimization over `slots` checkpoints per forward.
+ActivationCheckpointingConfig kept_on_cpu_in_slots(int64_t slots) {
   ActivationCheckpointingConfig config;
   config.cpu_checkpointing = true;
   config.contiguous_memory_optimization = true;
-  config.number_checkpoints = 3;
-  ActivationCheckpointing checkpointing(config, nullptr);
+  config.number_checkpoints = slots;
+  return config;
+}
+
+TEST(ActivationCheckpointing, CpuAndContiguousKeepingTrainTheSame) {
+  const auto plain = run_blocks(nullptr);
+  ActivationCheckpointing checkpointing(kept_on_cpu_in_slots(3), nullptr);
   expect_same(plain, run_blocks(&checkpointing));
   // Twice: the second forward reuses the slots its predecessor's backward freed.
   expect_same(plain, run_blocks(&checkpointing));
@@ -201,11 +206,7 @@ TEST(ActivationCheckpointing, BlocksOfSeveralInputsAndResultsTrainTheSame) {
   EXPECT_EQ(checkpointing.stats().peak_saved_bytes, 2 * (2 * 6 * 16 * 4 + 6 * 8));
   EXPECT_EQ(checkpointing.stats().saved_bytes, 0);
 
-  ActivationCheckpointingConfig config;
-  config.cpu_checkpointing = true;
-  config.contiguous_memory_optimization = true;
-  config.number_checkpoints = 2;
-  ActivationCheckpointing kept_apart(config, nullptr);
+  ActivationCheckpointing kept_apart(kept_on_cpu_in_slots(2), nullptr);
   expect_same(plain, run_list_blocks(&kept_apart));
   expect_same(plain, run_list_blocks(&kept_apart));  // the slots of both activations are reused
   EXPECT_EQ(kept_apart.stats().recomputes, 4);

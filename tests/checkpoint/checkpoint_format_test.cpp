@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "../common/error_of.h"
 #include "../common/subprocess.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/consolidate.h"
@@ -17,16 +18,6 @@ namespace dscpp::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(Safetensors, ChecksumsMatchTheBytesWrittenAndDamageIsNamed) {
   const auto dir = temp_dir("safetensors_crc");
@@ -119,7 +110,7 @@ TEST(Manifest, RoundTripsThroughJson) {
   m.client_state = {{"epoch", 3}};
   m.files[1].tensor_crc32["master/b"] = 4000000000u;
   m.scheduler_position = 5;
-  m.module_state = {{"bn.running_mean", {3}, "Float", false}, {"emb.weight", {4, 2}, "BFloat16", true}};
+  m.module_state = {{"bn.running_mean", {3}, torch::kFloat32, false}, {"emb.weight", {4, 2}, torch::kBFloat16, true}};
   const auto back = Manifest::from_json(m.to_json(), "x");
   EXPECT_EQ(back.to_json(), m.to_json());
   EXPECT_EQ(back.files[1].tensor_crc32.at("master/b"), 4000000000u);

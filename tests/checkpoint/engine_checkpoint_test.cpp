@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "../common/error_of.h"
 #include "../common/subprocess.h"
 #include "../common/test_device.h"
 #include "dscpp/checkpoint/consolidate.h"
@@ -86,14 +87,9 @@ TEST(EngineCheckpoint, OptimizerMismatchNeedsLoadOptimizerStatesFalse) {
   auto adam = make_engine("AdamW");
   adam->save_checkpoint((dir / "ckpt").string());
   auto sgd = make_engine("SGD");
-  try {
-    sgd->load_checkpoint((dir / "ckpt").string());
-    FAIL() << "no error";
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("optimizer AdamW (state: exp_avg, exp_avg_sq) cannot be loaded into SGD"),
-              std::string::npos)
-        << e.what();
-  }
+  const auto mismatch = error_of<CheckpointError>([&] { sgd->load_checkpoint((dir / "ckpt").string()); });
+  EXPECT_NE(mismatch.find("optimizer AdamW (state: exp_avg, exp_avg_sq) cannot be loaded into SGD"), std::string::npos)
+      << mismatch;
   CheckpointLoadOptions weights_only;
   weights_only.load_optimizer_states = false;
   EXPECT_NO_THROW(sgd->load_checkpoint((dir / "ckpt").string(), "", weights_only));
@@ -108,13 +104,11 @@ TEST(EngineCheckpoint, SaveAndLoadOnlyAtAnAccumulationBoundary) {
   engine->backward(engine->forward(model_loss));
   engine->step();  // micro-step 1 of 2
   for (auto* what : {"save", "load"}) {
-    try {
+    const auto error = error_of<std::logic_error>([&] {
       if (std::string(what) == "save") engine->save_checkpoint((dir / "ckpt").string());
       else engine->load_checkpoint((dir / "ckpt").string());
-      FAIL() << what << ": no error";
-    } catch (const std::logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find("inside an accumulation of 2"), std::string::npos) << e.what();
-    }
+    });
+    EXPECT_NE(error.find("inside an accumulation of 2"), std::string::npos) << what << ": " << error;
   }
 }
 
@@ -188,14 +182,9 @@ TEST(EngineCheckpoint, NonStrictLoadSkipsParametersOnlyOneSideHas) {
 
   auto wider = std::make_shared<FcImpl>(4, true);
   auto engine = make_engine("AdamW", 1, wider);
-  try {
-    engine->load_checkpoint((dir / "plain").string());
-    FAIL() << "no error";
-  } catch (const CheckpointError& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("this model has parameter 'extra', the checkpoint does not"), std::string::npos) << what;
-    EXPECT_NE(what.find("load_module_strict"), std::string::npos) << what;
-  }
+  const auto strict = error_of<CheckpointError>([&] { engine->load_checkpoint((dir / "plain").string()); });
+  EXPECT_NE(strict.find("this model has parameter 'extra', the checkpoint does not"), std::string::npos) << strict;
+  EXPECT_NE(strict.find("load_module_strict"), std::string::npos) << strict;
   CheckpointLoadOptions lenient;
   lenient.load_module_strict = false;
   engine->load_checkpoint((dir / "plain").string(), "", lenient);
@@ -209,13 +198,9 @@ TEST(EngineCheckpoint, NonStrictLoadSkipsParametersOnlyOneSideHas) {
   EXPECT_TRUE(torch::equal(narrow_model->fc->weight, saved_model->fc->weight));
 
   auto other_shape = make_engine("AdamW", 1, std::make_shared<FcImpl>(5, false));
-  try {
-    other_shape->load_checkpoint((dir / "plain").string(), "", lenient);
-    FAIL() << "no error";
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("parameter 'fc.weight' is [4, 8] there, [5, 8] here"), std::string::npos)
-        << e.what();
-  }
+  const auto shape =
+      error_of<CheckpointError>([&] { other_shape->load_checkpoint((dir / "plain").string(), "", lenient); });
+  EXPECT_NE(shape.find("parameter 'fc.weight' is [4, 8] there, [5, 8] here"), std::string::npos) << shape;
 }
 
 // A Linear(8, 4) beside a buffer and a frozen parameter, as a model with running statistics and a frozen part is.
@@ -274,14 +259,8 @@ TEST(EngineCheckpoint, BuffersAndFrozenParametersTravelWithTheCheckpoint) {
   EXPECT_TRUE(torch::equal(weights.read("frozen"), saved_model->frozen.to(torch::kBFloat16)));
 
   auto other = make_engine("AdamW", 1, std::make_shared<StatefulImpl>(5));
-  try {
-    other->load_checkpoint((dir / "ckpt").string());
-    FAIL() << "no error";
-  } catch (const CheckpointError& e) {
-    EXPECT_NE(std::string(e.what()).find("module tensor 'running' is [3] Float there, [5] Float here"),
-              std::string::npos)
-        << e.what();
-  }
+  const auto module = error_of<CheckpointError>([&] { other->load_checkpoint((dir / "ckpt").string()); });
+  EXPECT_NE(module.find("module tensor 'running' is [3] Float there, [5] Float here"), std::string::npos) << module;
 }
 
 }  // namespace

@@ -147,20 +147,27 @@ int collectives() {
   return 0;
 }
 
+// Runs `wait`, which must throw an E: prints its message (prefixed) for the test to read and returns 0; otherwise
+// says on stderr that `what` did not fail and returns 2.
+template <typename E, typename Fn>
+int expect_thrown(const std::string& what, const std::string& prefix, Fn&& wait) {
+  try {
+    wait();
+  } catch (const E& e) {
+    std::cout << prefix << e.what() << "\n";
+    return 0;
+  }
+  std::cerr << "rank 0: " << what << " did not fail\n";
+  return 2;
+}
+
 // A peer that dies after start-up: rank 1 exits abruptly, rank 0's next collective must fail with a CommError.
 int peer_dies() {
   const auto env = DistEnv::from_env();
   auto comm = init_comm(env, CommBackend::kGloo);
   if (env.rank == 1) std::_Exit(3);
   auto t = torch::ones({1000});
-  try {
-    comm->all_reduce(t).wait();
-  } catch (const CommError& e) {
-    std::cout << e.what() << "\n";
-    return 0;
-  }
-  std::cerr << "rank 0: all_reduce with a dead peer did not fail\n";
-  return 2;
+  return expect_thrown<CommError>("all_reduce with a dead peer", "", [&] { comm->all_reduce(t).wait(); });
 }
 
 // A peer that is alive but never joins the collective: rank 0's all_reduce must time out after DEEPSPEED_TIMEOUT.
@@ -172,14 +179,8 @@ int peer_stuck() {
     return 0;
   }
   auto t = torch::ones({7}, torch::kBFloat16);
-  try {
-    comm->all_reduce(t, ReduceOp::kMax).wait();
-  } catch (const CommError& e) {
-    std::cout << e.what() << "\n";
-    return 0;
-  }
-  std::cerr << "rank 0: all_reduce with a stuck peer did not fail\n";
-  return 2;
+  return expect_thrown<CommError>("all_reduce with a stuck peer", "",
+                                  [&] { comm->all_reduce(t, ReduceOp::kMax).wait(); });
 }
 
 // Rank 0 starts an all_reduce that rank 1 has not joined; another thread interrupts the comm, and the wait must
@@ -197,15 +198,10 @@ int interrupted() {
   auto pending = comm->all_reduce(t);
   std::thread watcher([&] { comm->interrupt(std::make_exception_ptr(std::runtime_error("the watcher stopped it"))); });
   watcher.join();
-  try {
-    pending.wait();
-  } catch (const std::runtime_error& e) {
-    std::cout << "interrupted: " << e.what() << "\n";
-    comm->side_all_gather({1});
-    return 0;
-  }
-  std::cerr << "rank 0: an interrupted all_reduce returned\n";
-  return 2;
+  const int code =
+      expect_thrown<std::runtime_error>("an interrupted all_reduce", "interrupted: ", [&] { pending.wait(); });
+  if (code == 0) comm->side_all_gather({1});  // now rank 1 joins, and the collective completes
+  return code;
 }
 
 // Each rank posts three records to a side stream and reads its peers' (rank 0 every rank's, the others rank 0's).

@@ -9,6 +9,8 @@
 // own partition needs (resharding load) and `dscpp consolidate` assembles whole parameters one at a time.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -41,7 +43,7 @@ struct ParamEntry {
 struct ModuleStateEntry {
   std::string name;
   std::vector<int64_t> shape;
-  std::string dtype;    // torch's name, e.g. "Float"
+  torch::ScalarType dtype = torch::kFloat32;  // as saved (JSON: the safetensors spelling, e.g. "F32")
   bool frozen = false;  // a parameter with requires_grad false (else a buffer)
 };
 

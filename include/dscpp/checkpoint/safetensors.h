@@ -110,7 +110,8 @@ uint32_t crc32_of(const void* data, int64_t bytes, uint32_t crc = 0);
 // (truncated, bad header, unknown dtype).
 std::map<std::string, torch::Tensor> read_safetensors(const std::string& path);
 
-// "F32", "BF16", "F16", ... as the format spells them.
+// "F32", "BF16", "F16", ... as the format spells them, and back (std::invalid_argument for another spelling).
 std::string safetensors_dtype(torch::ScalarType dtype);
+torch::ScalarType safetensors_scalar_type(const std::string& name);
 
 }  // namespace dscpp

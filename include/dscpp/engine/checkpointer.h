@@ -107,13 +107,15 @@ class Checkpointer {
   void validate_tag_across_ranks(const std::string& tag) const;
   // What rank `r`'s shard file holds, in file order. Rank 0 names every rank's checksums from it, so writer and
   // manifest cannot disagree.
-  std::vector<ShardTensor> shard_contents(int r) const;
+  // `modules`: the module_state entries this save writes (saved_module_state), in rank 0's file.
+  std::vector<ShardTensor> shard_contents(int r, const std::vector<int>& modules) const;
   // Writes this rank's shard into `staging`; returns its bytes, file CRC and each tensor's CRC (shard_contents order).
-  std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag);
+  std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules);
   // The manifest without its files: what this engine is and where training stands.
-  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
+  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state,
+                               const std::vector<int>& modules) const;
   // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
-  ShardFile describe_shard(int r, const std::vector<int64_t>& sums) const;
+  ShardFile describe_shard(int r, const std::vector<int64_t>& sums, const std::vector<int>& modules) const;
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
   void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state,
                         bool schedule_position);
@@ -121,8 +123,8 @@ class Checkpointer {
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) const;
-  // The module_state entries this save writes (in order): all, or the buffers alone.
-  std::vector<int> saved_module_state() const;
+  // The module_state entries a save writes (in order): all, or the buffers alone.
+  std::vector<int> saved_module_state(const CheckpointSaveOptions& options) const;
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.
   std::vector<ShardFragment> master_fragments() const;
   // Which part of the stage's master_params() holds fragment `f` of this rank's layout.
@@ -134,7 +136,6 @@ class Checkpointer {
   // republishes the compute-dtype weights from them.
   void commit_master_writes(const std::vector<StateStore::Update>& writes);
 
-  CheckpointSaveOptions saving_;  // the options of the save in progress (shard_contents reads them)
   CheckpointedState s_;
 };
 

@@ -5,12 +5,13 @@ hyperparameters are read and handed to the engine as the section DeepSpeed would
 arithmetic the engine has are translated; any other is an error naming the type.
 
 Parameter groups (a client optimizer's, or initialize's model_parameters as dicts) may give their parameters a
-weight decay of their own — the usual "no decay for biases and norms" — which the engine applies to those
-parameters' ranges of its flat partition. Any other setting must be the same in every group.
+weight decay and an lr of their own — "no decay for biases and norms", a smaller lr for the lower layers — which the
+engine applies to those parameters' ranges of its flat partition. Any other setting must be the same in every group.
 """
 import torch
 
 _ADAM_KEYS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
+_PER_GROUP = ("params", "weight_decay", "lr", "initial_lr")  # what may differ between groups
 
 
 def _hyperparameters(group, keys):
@@ -35,14 +36,15 @@ def optimizer_section(optimizer):
     groups = optimizer.param_groups
     if not groups:
         raise ValueError(f"dscpp.initialize: optimizer {name} has no parameter groups")
-    # One flat partition, one set of hyperparameters but the weight decay, which the engine applies per range.
-    settings = [{k: v for k, v in g.items() if k not in ("params", "weight_decay")} for g in groups]
+    # One flat partition, one set of hyperparameters but the weight decay and lr, which the engine applies per range
+    # (torch's schedulers add initial_lr to each group: it follows the group's lr).
+    settings = [{k: v for k, v in g.items() if k not in _PER_GROUP} for g in groups]
     for i, s in enumerate(settings[1:], start=1):
         if s != settings[0]:
             differ = sorted(k for k in set(s) | set(settings[0]) if s.get(k) != settings[0].get(k))
             raise ValueError(f"dscpp.initialize: optimizer {name}'s parameter group {i} differs from group 0 in "
-                             f"{', '.join(differ)}; only weight_decay may differ between groups: use one setting "
-                             "of the others for all parameters")
+                             f"{', '.join(differ)}; only weight_decay and lr may differ between groups: use one "
+                             "setting of the others for all parameters")
     group = groups[0]
     _check_flags(name, group)
     if isinstance(optimizer, DeepSpeedCPUAdam):
@@ -66,31 +68,47 @@ def optimizer_section(optimizer):
                     "dscpp.ops.adam.DeepSpeedCPUAdam; pass one of those, or an \"optimizer\" section in the config")
 
 
-def group_weight_decay(groups, config_params=None):
-    """{id(parameter): weight_decay} for the parameters of groups that set one. `groups`: a client optimizer's
-    param_groups, or model_parameters dicts, whose other settings must equal the config's optimizer.params
-    (`config_params`; a setting the config does not give is refused, as its default is the engine's to choose)."""
-    out = {}
+def _number(group, i, key):
+    value = group[key]
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        value = value.item()
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0:
+        raise ValueError(f"dscpp.initialize: parameter group {i}'s {key} must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _group_params(group):
+    params = group["params"]
+    return [params] if isinstance(params, torch.Tensor) else list(params)
+
+
+def engine_groups(groups, config_params=None):
+    """The engine's parameter groups, [(parameters, weight_decay or None, lr or None)], one per group, for groups
+    that differ: a client optimizer's param_groups (every setting given), or model_parameters dicts, whose keys but
+    weight_decay and lr must equal the config's optimizer.params (`config_params`; a setting the config does not give
+    is refused, as its default is the engine's to choose). [] for a client optimizer of one group: the optimizer
+    section is its settings."""
+    groups = list(groups)
+    if config_params is None and len(groups) < 2:
+        return []
+    out = []
     for i, group in enumerate(groups):
         if not isinstance(group, dict):
-            continue
+            raise ValueError(f"dscpp.initialize: model_parameters mixes parameter groups (dicts) with "
+                             f"{type(group).__name__} at {i}; give all as dicts, or all as tensors")
         if config_params is not None:
             for key, value in group.items():
-                if key in ("params", "weight_decay"):
+                if key in _PER_GROUP:
                     continue
                 value = list(value) if isinstance(value, tuple) else value
                 if key not in config_params or config_params[key] != value:
                     given = f"is {config_params[key]!r}" if key in config_params else "does not set it"
                     raise ValueError(f"dscpp.initialize: model_parameters group {i} sets {key}={value!r} and the "
-                                     f"config's optimizer.params {given}; groups may differ only in weight_decay")
-        if "weight_decay" in group:
-            decay = group["weight_decay"]
-            if not isinstance(decay, (int, float)) or isinstance(decay, bool) or decay < 0:
-                raise ValueError(f"dscpp.initialize: parameter group {i}'s weight_decay must be a number >= 0, "
-                                 f"got {decay!r}")
-            params = group["params"]
-            for p in [params] if isinstance(params, torch.Tensor) else params:
-                out[id(p)] = float(decay)
+                                     f"config's optimizer.params {given}; groups may differ only in weight_decay "
+                                     "and lr")
+        out.append((_group_params(group),
+                    _number(group, i, "weight_decay") if "weight_decay" in group else None,
+                    _number(group, i, "lr") if "lr" in group else None))
     return out
 
 

@@ -27,19 +27,23 @@ _SCHEDULER_KEY = "dscpp_lr_scheduler"  # where a client scheduler's state_dict g
 class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
-    def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None):
+    def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
+                 param_groups=None):
+        """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one."""
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
-        self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self)
-        # A client scheduler sets the optimizer's lr after each applied step; the engine steps with that lr.
+        self._config = json.loads(engine.config_json)
+        self._grouped = bool(param_groups)
+        self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self, param_groups)
         self.lr_scheduler = client_scheduler
-        if client_scheduler is not None:
-            engine.set_lr(client_optimizer.param_groups[0]["lr"])
+        # A client optimizer's lrs — set by a client scheduler after each applied step, or by the script — are the
+        # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
+        self._follows_client_lrs = client_optimizer is not None and not self._config.get("scheduler")
+        self._follow_client_lrs()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
-        self._config = json.loads(engine.config_json)
         self._param_names = {id(p): name for name, p in module.named_parameters()}
         self._params_by_id = {id(p): p for p in module.parameters()}
         gathered.register(self, module.named_parameters())
@@ -93,13 +97,25 @@ class DeepSpeedEngine:
             raise RuntimeError("engine.step: no backward since the last step; call engine.backward(loss) first")
         self._backwarded = False
         boundary = self._engine.is_gradient_accumulation_boundary()
+        if boundary:
+            self._follow_client_lrs()
         applied = self._engine.step()  # false off the boundary, and for a step skipped on overflow
         if self.lr_scheduler is not None and boundary and applied:
             with warnings.catch_warnings():
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
                 self.lr_scheduler.step()
-            self._engine.set_lr(self.optimizer.param_groups[0]["lr"])
+            self._follow_client_lrs()
+
+    def _follow_client_lrs(self):
+        """The client optimizer's lr of each group, for the engine's next optimizer step."""
+        if not self._follows_client_lrs:
+            return
+        groups = self.optimizer.param_groups
+        self._engine.set_lr(float(groups[0]["lr"]))
+        if self._grouped:
+            for i, group in enumerate(groups):
+                self._engine.set_group_lr(i, float(group["lr"]))
 
     def train(self, mode=True):
         self.module.train(mode)
@@ -127,8 +143,10 @@ class DeepSpeedEngine:
         return self._engine.skipped_steps
 
     def get_lr(self):
-        """The learning rate of each parameter group (one: the engine steps one flat partition) for the next step."""
-        return [self._engine.lr]
+        """The learning rate of each parameter group for the next step."""
+        if self._follows_client_lrs:
+            return [group["lr"] for group in self.optimizer.param_groups]
+        return list(self._engine.group_lrs) if self._grouped else [self._engine.lr]
 
     def get_global_grad_norm(self):
         """The last step's global gradient norm before clipping; None before the first step."""
@@ -221,7 +239,7 @@ class DeepSpeedEngine:
                 self.lr_scheduler.load_state_dict(scheduler_state)
                 for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
                     group["lr"] = lr
-                self._engine.set_lr(self.optimizer.param_groups[0]["lr"])
+                self._follow_client_lrs()
         return path, client_state
 
     def save_16bit_model(self, save_dir, save_filename="model.safetensors"):

@@ -7,7 +7,7 @@ import torch
 import torch.distributed as dist
 
 from . import _C
-from .client_optimizer import group_weight_decay, optimizer_parameters, optimizer_section
+from .client_optimizer import engine_groups, optimizer_parameters, optimizer_section
 from .comm import engine_comm_arguments, init_distributed
 from .config import load_json, resolve_config
 from .engine import DeepSpeedEngine
@@ -91,7 +91,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     client_optimizer = None
-    weight_decay = {}  # id(parameter) → its group's weight decay, where it differs from the optimizer's
+    groups = []  # the engine's parameter groups: [(parameters, weight_decay or None, lr or None)]
     if optimizer is not None:
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
             optimizer = optimizer(model_parameters if model_parameters is not None else trainable)
@@ -107,14 +107,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                              "has an \"optimizer\" section; keep one")
         config_dict["optimizer"] = section
         client_optimizer = optimizer
-        base = section["params"].get("weight_decay")
-        weight_decay = {i: d for i, d in group_weight_decay(optimizer.param_groups).items() if d != base}
+        groups = engine_groups(optimizer.param_groups)
     elif model_parameters is not None:
         model_parameters = list(model_parameters)
         _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
         if any(isinstance(g, dict) for g in model_parameters):
             config = config_dict if config_dict is not None else load_json(config_path)
-            weight_decay = group_weight_decay(model_parameters, config.get("optimizer", {}).get("params", {}))
+            groups = engine_groups(model_parameters, config.get("optimizer", {}).get("params", {}))
     client_scheduler = _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path)
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
@@ -125,14 +124,16 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None,
-        weight_decay={names[i]: decay for i, decay in weight_decay.items() if i in names}, **engine_comm_arguments())
+        param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
+        **engine_comm_arguments())
     if engine.zero_stage == 3:
         zero_hooks.install(model, engine, units)
     resolved = json.loads(engine.config_json)
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
-    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler)
+    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
+                              param_groups=[params for params, _, _ in groups])
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
         scheduler = SchedulerView(wrapper)

@@ -4,13 +4,14 @@ the current lr — and turns zero_grad into the no-op it is here (the engine cle
 
 
 class OptimizerView:
-    def __init__(self, engine):
+    def __init__(self, engine, param_groups=None):
+        """`param_groups`: the parameters of each group (initialize's model_parameters dicts), or None for one."""
         self._engine = engine
-        self._params = [p for p in engine.module.parameters() if p.requires_grad]
+        self._groups = param_groups or [[p for p in engine.module.parameters() if p.requires_grad]]
 
     @property
     def param_groups(self):
-        return [{"params": self._params, "lr": self._engine.get_lr()[0]}]
+        return [{"params": params, "lr": lr} for params, lr in zip(self._groups, self._engine.get_lr())]
 
     def zero_grad(self, set_to_none=True):
         pass

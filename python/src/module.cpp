@@ -10,7 +10,9 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -51,16 +53,18 @@ Config parse_config(const std::string& config, bool config_is_path, int world_si
 }
 
 using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;
+// (parameter names, weight_decay or None, lr or None) per group: InitOptions::param_groups from Python.
+using ParamGroups = std::vector<std::tuple<std::vector<std::string>, std::optional<double>, std::optional<double>>>;
 
 std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers, const Units& units,
                                       const UnitHandles& prepartitioned, const std::string& config,
                                       bool config_is_path, const py::object& group, const py::object& store,
                                       const std::string& backend, const std::string& key_prefix,
-                                      const std::map<std::string, double>& weight_decay) {
+                                      const ParamGroups& param_groups) {
   ModelTensors model{named(params), named(buffers), {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
-  options.weight_decay = weight_decay;
+  for (const auto& [names, weight_decay, lr] : param_groups) options.param_groups.push_back({names, weight_decay, lr});
   options.comm = comm_from(group, store, backend, key_prefix);
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   // Handed over: the Python handle is left empty (its parameters are the engine's now).
@@ -178,6 +182,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("global_samples", &Engine::global_samples)
       .def_property_readonly("lr", &Engine::lr)
       .def("set_lr", &Engine::set_lr, py::arg("lr"))
+      .def("set_group_lr", &Engine::set_group_lr, py::arg("group"), py::arg("lr"))
+      .def_property_readonly("group_lrs", &Engine::group_lrs)
       .def_property_readonly("loss_scale", &Engine::loss_scale)
       .def("last_step", [](const Engine& e) { return step_report(e.last_step()); })
       .def_property_readonly("memory_json", [](const Engine& e) { return to_json(e.memory()).dump(); })
@@ -253,5 +259,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"),
         py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
-        py::arg("weight_decay"), "Builds the engine over a model's tensors (see dscpp.initialize).");
+        py::arg("param_groups"), "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

@@ -234,7 +234,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   const bool nvme = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
   optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(),
                                    offload_optimizer ? OptimizerKernels::kCpuSimd : OptimizerKernels::kTorch);
-  if (!options.weight_decay.empty()) set_weight_decay(options.weight_decay);
+  if (!options.param_groups.empty()) set_param_groups(options.param_groups);
   if (offload_optimizer) {
     offload_ = std::make_unique<OptimizerOffload>(*optimizer_, make_optimizer_store(config_, *stage_, *optimizer_,
                                                                                     comm_->rank()),
@@ -313,31 +313,54 @@ bool Engine::is_gradient_accumulation_boundary() const {
   return (progress_.micro_steps + 1) % config_.batch.grad_accum == 0;
 }
 
-void Engine::set_weight_decay(const std::map<std::string, double>& by_name) {
+void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
   const auto& slots = stage_->layout().slots();
   std::map<std::string, int> slot_of;
   for (int i = 0; i < static_cast<int>(slots.size()); ++i) slot_of.emplace(slots[i].name, i);
-  for (const auto& [name, decay] : by_name) {
-    if (!slot_of.count(name)) {
-      throw std::invalid_argument("InitOptions::weight_decay names '" + name + "', which is not a trainable "
-                                  "parameter of this model");
+  std::map<int, int> group_of_slot;
+  std::vector<GroupSettings> settings;
+  std::string unscheduled;  // groups whose own lr a config scheduler overrides
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const auto& group = groups[g];
+    const std::string where = "InitOptions::param_groups[" + std::to_string(g) + "]";
+    if (group.weight_decay && !(*group.weight_decay >= 0)) {
+      throw std::invalid_argument(where + ".weight_decay must be >= 0, got " + std::to_string(*group.weight_decay));
     }
-    if (!(decay >= 0)) {
-      throw std::invalid_argument("InitOptions::weight_decay of '" + name + "' must be >= 0, got " +
-                                  std::to_string(decay));
+    if (group.lr && !(*group.lr >= 0)) {
+      throw std::invalid_argument(where + ".lr must be >= 0, got " + std::to_string(*group.lr));
     }
+    for (const auto& name : group.params) {
+      const auto it = slot_of.find(name);
+      if (it == slot_of.end()) {
+        throw std::invalid_argument(where + " names '" + name + "', which is not a trainable parameter of this model");
+      }
+      if (!group_of_slot.emplace(it->second, static_cast<int>(g)).second) {
+        throw std::invalid_argument(where + " names '" + name + "', which group " +
+                                    std::to_string(group_of_slot[it->second]) + " holds already");
+      }
+    }
+    GroupSettings s{group.weight_decay, group.lr};
+    if (s.lr && config_.scheduler) {
+      unscheduled += (unscheduled.empty() ? "" : ", ") + std::to_string(g);
+      s.lr.reset();
+    }
+    settings.push_back(s);
   }
-  std::vector<DecayRange> ranges;
+  if (!unscheduled.empty()) {
+    log_("[deepspeed.cpp] the config's scheduler (" + config_.scheduler->type + ") sets every group's lr, as "
+         "DeepSpeed's does: the lr of parameter groups " + unscheduled + " is not used");
+  }
+  std::vector<GroupRange> ranges;
   const int rank = comm_->rank();
   for (const auto& fragment : stage_->master_fragments(rank)) {
-    const auto it = by_name.find(slots[fragment.slot].name);
-    if (it != by_name.end()) ranges.push_back({stage_->master_offset(fragment, rank), fragment.numel, it->second});
+    const auto it = group_of_slot.find(fragment.slot);
+    if (it != group_of_slot.end()) ranges.push_back({stage_->master_offset(fragment, rank), fragment.numel, it->second});
   }
-  std::sort(ranges.begin(), ranges.end(), [](const DecayRange& a, const DecayRange& b) { return a.begin < b.begin; });
-  optimizer_->set_decay_ranges(std::move(ranges));
-  log_("[deepspeed.cpp] " + std::to_string(by_name.size()) + " parameters take a weight decay of their own (" +
-       std::to_string(optimizer_->decay_ranges().size()) + " ranges of rank " + std::to_string(rank) +
-       "'s partition)");
+  std::sort(ranges.begin(), ranges.end(), [](const GroupRange& a, const GroupRange& b) { return a.begin < b.begin; });
+  optimizer_->set_groups(std::move(settings), std::move(ranges));
+  log_("[deepspeed.cpp] " + std::to_string(group_of_slot.size()) + " parameters in " + std::to_string(groups.size()) +
+       " groups of their own (" + std::to_string(optimizer_->group_ranges().size()) + " ranges of rank " +
+       std::to_string(rank) + "'s partition)");
 }
 
 double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps); }
@@ -349,6 +372,25 @@ void Engine::set_lr(double lr) {
   }
   if (!(lr >= 0)) throw std::invalid_argument("set_lr: lr must be a number >= 0, got " + std::to_string(lr));
   schedule_ = std::make_unique<ConstantLR>(lr);
+}
+
+void Engine::set_group_lr(size_t group, double lr) {
+  if (config_.scheduler) {
+    throw std::logic_error("set_group_lr: the config's \"scheduler\" (" + config_.scheduler->type + ") drives every "
+                           "group's lr; remove it to run a schedule of your own");
+  }
+  if (group >= optimizer_->groups().size()) {
+    throw std::invalid_argument("set_group_lr: no parameter group " + std::to_string(group) + " (InitOptions gave " +
+                                std::to_string(optimizer_->groups().size()) + ")");
+  }
+  if (!(lr >= 0)) throw std::invalid_argument("set_group_lr: lr must be a number >= 0, got " + std::to_string(lr));
+  optimizer_->set_group_lr(static_cast<int>(group), lr);
+}
+
+std::vector<double> Engine::group_lrs() const {
+  std::vector<double> out;
+  for (const auto& group : optimizer_->groups()) out.push_back(group.lr.value_or(lr()));
+  return out;
 }
 
 torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {

@@ -65,39 +65,64 @@ OptimizerSlice sub_slice(const OptimizerSlice& slice, int64_t begin, int64_t n, 
 }  // namespace
 
 void FlatOptimizer::update_at(const OptimizerSlice& slice, int64_t offset, double lr) {
-  if (decay_ranges_.empty() || !slice.param.defined()) return update(slice, lr);
+  if (group_ranges_.empty() || !slice.param.defined()) return update(slice, lr);
   const int64_t end = offset + slice.param.numel();
   int64_t at = offset;  // partition position: everything before it is updated
-  for (const auto& r : decay_ranges_) {
+  for (const auto& r : group_ranges_) {
     const int64_t begin = std::max(r.begin, offset), stop = std::min(r.begin + r.numel, end);
     if (begin >= stop) continue;
     if (begin > at) update(sub_slice(slice, at - offset, begin - at, slice.weight_decay), lr);
-    update(sub_slice(slice, begin - offset, stop - begin, r.weight_decay), lr);
+    const GroupSettings& group = groups_[r.group];
+    update(sub_slice(slice, begin - offset, stop - begin, group.weight_decay ? group.weight_decay : slice.weight_decay),
+           group.lr.value_or(lr));
     at = stop;
   }
   if (at < end) update(sub_slice(slice, at - offset, end - at, slice.weight_decay), lr);
 }
 
-void FlatOptimizer::set_decay_ranges(std::vector<DecayRange> ranges) {
-  std::vector<DecayRange> merged;
+void FlatOptimizer::set_groups(std::vector<GroupSettings> groups, std::vector<GroupRange> ranges) {
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& g = groups[i];
+    if ((g.weight_decay && !(*g.weight_decay >= 0)) || (g.lr && !(*g.lr >= 0))) {
+      throw std::invalid_argument(name() + ": parameter group " + std::to_string(i) +
+                                  "'s weight_decay and lr must be >= 0");
+    }
+  }
+  std::vector<GroupRange> merged;
   int64_t previous_end = 0;
   for (const auto& r : ranges) {
     // An optimizer without state of its own (numel 0: offload to NVMe) updates the slices it is handed: no bound.
     if (r.numel < 0 || r.begin < previous_end || (numel() > 0 && r.begin + r.numel > numel())) {
-      throw std::invalid_argument(name() + ": decay range [" + std::to_string(r.begin) + ", " +
+      throw std::invalid_argument(name() + ": group range [" + std::to_string(r.begin) + ", " +
                                   std::to_string(r.begin + r.numel) + ") is not sorted, disjoint and inside the " +
                                   "partition of " + std::to_string(numel()));
     }
+    if (r.group < 0 || r.group >= static_cast<int>(groups.size())) {
+      throw std::invalid_argument(name() + ": group range [" + std::to_string(r.begin) + ", " +
+                                  std::to_string(r.begin + r.numel) + ") names group " + std::to_string(r.group) +
+                                  " of " + std::to_string(groups.size()));
+    }
     previous_end = r.begin + r.numel;
     if (r.numel == 0) continue;
-    if (!merged.empty() && merged.back().begin + merged.back().numel == r.begin &&
-        merged.back().weight_decay == r.weight_decay) {
+    if (!merged.empty() && merged.back().begin + merged.back().numel == r.begin && merged.back().group == r.group) {
       merged.back().numel += r.numel;
     } else {
       merged.push_back(r);
     }
   }
-  decay_ranges_ = std::move(merged);
+  groups_ = std::move(groups);
+  group_ranges_ = std::move(merged);
+}
+
+void FlatOptimizer::set_group_lr(int group, std::optional<double> lr) {
+  if (group < 0 || group >= static_cast<int>(groups_.size())) {
+    throw std::invalid_argument(name() + ": set_group_lr: no parameter group " + std::to_string(group) + " (there are " +
+                                std::to_string(groups_.size()) + ")");
+  }
+  if (lr && !(*lr >= 0)) {
+    throw std::invalid_argument(name() + ": set_group_lr: lr must be >= 0, got " + std::to_string(*lr));
+  }
+  groups_[group].lr = lr;
 }
 
 std::vector<std::string> FlatOptimizer::state_kinds() {

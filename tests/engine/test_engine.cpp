@@ -60,19 +60,23 @@ TEST(Engine, MatchesPlainLibTorchAdamW) {
   EXPECT_LT(max_rel_diff(engine_params, flat_params(*model)), 1e-5);
 }
 
-// InitOptions::weight_decay (DeepSpeed's parameter groups): the biases at a decay of their own give LibTorch
-// AdamW's result over the same two groups; a name that is not a trainable parameter is an error naming it.
-TEST(Engine, ParametersWithTheirOwnWeightDecayMatchLibTorchParamGroups) {
+// InitOptions::param_groups (DeepSpeed's parameter groups): the biases at a weight decay and lr of their own, the
+// lr moved halfway (a client schedule), give LibTorch AdamW's result over the same two groups; a name that is not a
+// trainable parameter, or one in two groups, is an error naming it.
+TEST(Engine, ParameterGroupsMatchLibTorchParamGroups) {
   const int64_t steps = 10, batch = 16;
   const std::string json = R"({"train_batch_size": 16,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
+  auto bias_lr = [](int64_t step) { return step < 5 ? 0.003 : 0.02; };
   torch::manual_seed(0);
   auto model = Mlp();
   InitOptions init;
-  init.weight_decay = {{"fc1.bias", 5.0}, {"fc2.bias", 5.0}};
+  init.param_groups = {{{"fc1.bias", "fc2.bias"}, 5.0, bias_lr(0)}};
   auto engine = initialize(model.ptr(), config_from(json), init);
   auto [x, y] = regression_data(steps * batch);
   for (int64_t s = 0; s < steps; ++s) {
+    engine->set_group_lr(0, bias_lr(s));
+    EXPECT_EQ(engine->group_lrs(), std::vector<double>{bias_lr(s)});
     engine->backward(model->loss(x.narrow(0, s * batch, batch), y.narrow(0, s * batch, batch)));
     engine->step();
   }
@@ -85,6 +89,7 @@ TEST(Engine, ParametersWithTheirOwnWeightDecayMatchLibTorchParamGroups) {
                       std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.01).weight_decay(5.0)));
   torch::optim::AdamW opt(std::move(groups), torch::optim::AdamWOptions(0.01));
   for (int64_t s = 0; s < steps; ++s) {
+    static_cast<torch::optim::AdamWOptions&>(opt.param_groups()[1].options()).lr(bias_lr(s));
     opt.zero_grad();
     reference->loss(x.narrow(0, s * batch, batch), y.narrow(0, s * batch, batch)).backward();
     opt.step();
@@ -93,14 +98,49 @@ TEST(Engine, ParametersWithTheirOwnWeightDecayMatchLibTorchParamGroups) {
   // Without the groups the run differs by far more than that.
   EXPECT_GT(max_rel_diff(train_engine(json, steps, batch), flat_params(*reference)), 1e-3);
 
-  InitOptions bad;
-  bad.weight_decay = {{"fc3.bias", 0.0}};
-  try {
-    initialize(Mlp().ptr(), config_from(json), bad);
-    FAIL() << "no error";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("InitOptions::weight_decay names 'fc3.bias'"), std::string::npos) << e.what();
-  }
+  auto error_of = [&](const std::vector<OptimizerParamGroup>& param_groups) {
+    InitOptions bad;
+    bad.param_groups = param_groups;
+    try {
+      initialize(Mlp().ptr(), config_from(json), bad);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of({{{"fc3.bias"}, 0.0, std::nullopt}}).find("InitOptions::param_groups[0] names 'fc3.bias'"),
+            std::string::npos);
+  EXPECT_NE(error_of({{{"fc1.bias"}, 0.0, std::nullopt}, {{"fc1.bias"}, std::nullopt, 0.1}})
+                .find("param_groups[1] names 'fc1.bias', which group 0 holds already"),
+            std::string::npos);
+  EXPECT_NE(error_of({{{"fc1.bias"}, std::nullopt, -1.0}}).find("param_groups[0].lr must be >= 0"),
+            std::string::npos);
+  EXPECT_THROW(engine->set_group_lr(1, 0.1), std::invalid_argument);
+}
+
+// A config scheduler sets every group's lr, as DeepSpeed's schedulers do: a group's own lr is not used (its weight
+// decay is), and set_group_lr is refused rather than fighting the schedule.
+TEST(Engine, ConfigSchedulerSetsEveryGroupsLr) {
+  const int64_t steps = 6, batch = 16;
+  const std::string json = R"({"train_batch_size": 16,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
+      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 4}}})";
+  auto run = [&](std::optional<double> group_lr) {
+    torch::manual_seed(0);
+    auto model = Mlp();
+    InitOptions init;
+    init.param_groups = {{{"fc1.bias", "fc2.bias"}, 5.0, group_lr}};
+    auto engine = initialize(model.ptr(), config_from(json), init);
+    EXPECT_EQ(engine->group_lrs(), std::vector<double>{engine->lr()});
+    EXPECT_THROW(engine->set_group_lr(0, 0.5), std::logic_error);
+    auto [x, y] = regression_data(steps * batch);
+    for (int64_t s = 0; s < steps; ++s) {
+      engine->backward(model->loss(x.narrow(0, s * batch, batch), y.narrow(0, s * batch, batch)));
+      engine->step();
+    }
+    return flat_params(*model);
+  };
+  EXPECT_TRUE(torch::equal(run(0.5), run(std::nullopt)));
 }
 
 TEST(Engine, AccumulationEqualsLargeBatch) {

@@ -392,17 +392,21 @@ TEST(FlatOptimizer, CpuSimdKernelsAgreeAndWriteThe16BitCopy) {
   EXPECT_GT(rel_error(b, initial_param(kNumel)), 1e-3);
 }
 
-// Parameter groups' weight decay: every element steps as an optimizer of its range's decay would step it (each
+// Parameter groups: every element steps as an optimizer of its group's weight decay and lr would step it (each
 // optimizer here is elementwise), whether the partition is stepped whole or in offload-style slices that cut through
-// the ranges. Each optimizer type, with its own way of decaying (decoupled, L2 into the gradient).
-TEST(FlatOptimizer, DecayRangesStepEachRangeWithItsOwnWeightDecay) {
+// the ranges, and a group's lr moved between steps (a client schedule) takes effect from the next step. Each
+// optimizer type, with its own way of decaying (decoupled, L2 into the gradient).
+TEST(FlatOptimizer, GroupRangesStepEachRangeWithItsGroupsWeightDecayAndLr) {
   const int64_t n = 40;
-  const std::vector<DecayRange> ranges = {{3, 9, 0.0}, {12, 4, 0.0}, {25, 6, 0.7}};  // two adjacent: merged
-  auto decay_at = [&](int64_t i, double base) {
+  const double base = 0.1, lr = 0.05;
+  // Group 0: no decay; group 1: its own decay and lr; group 2: the base decay at an lr of its own, moved at step 2.
+  const std::vector<GroupSettings> groups = {{0.0, std::nullopt}, {0.7, 0.02}, {std::nullopt, 0.01}};
+  const std::vector<GroupRange> ranges = {{3, 9, 0}, {12, 4, 0}, {25, 6, 1}, {33, 5, 2}};  // two adjacent: merged
+  auto group_at = [&](int64_t i) {
     for (const auto& r : ranges) {
-      if (i >= r.begin && i < r.begin + r.numel) return r.weight_decay;
+      if (i >= r.begin && i < r.begin + r.numel) return r.group;
     }
-    return base;
+    return -1;
   };
   auto options_with = [](const std::string& type, double decay) -> OptimizerOptions {
     if (type == "AdamW" || type == "Adam") {
@@ -426,44 +430,57 @@ TEST(FlatOptimizer, DecayRangesStepEachRangeWithItsOwnWeightDecay) {
   };
   for (const std::string type : {"AdamW", "Adam", "SGD", "Adagrad"}) {
     SCOPED_TRACE(type);
-    const double base = 0.1;
     auto whole = make(type, options_with(type, base), n);
-    whole->set_decay_ranges(ranges);
-    EXPECT_EQ(whole->decay_ranges().size(), 2u) << "the two adjacent ranges of decay 0 are one";
+    whole->set_groups(groups, ranges);
+    EXPECT_EQ(whole->group_ranges().size(), 3u) << "the two adjacent ranges of group 0 are one";
     auto sliced = make(type, options_with(type, base), n);
-    sliced->set_decay_ranges(ranges);
-    std::map<double, std::unique_ptr<FlatOptimizer>> by_decay;
-    std::map<double, torch::Tensor> reference;
-    for (double d : {base, 0.0, 0.7}) {
-      by_decay[d] = make(type, options_with(type, d), n);
-      reference[d] = initial_param(n);
+    sliced->set_groups(groups, ranges);
+    // References by group (-1: the optimizer's own settings), each a whole optimizer of that decay.
+    std::map<int, std::unique_ptr<FlatOptimizer>> by_group;
+    std::map<int, torch::Tensor> reference;
+    const std::map<int, double> decay = {{-1, base}, {0, 0.0}, {1, 0.7}, {2, base}};
+    for (const auto& [g, d] : decay) {
+      by_group[g] = make(type, options_with(type, d), n);
+      reference[g] = initial_param(n);
     }
     torch::Tensor p_whole = initial_param(n), p_sliced = initial_param(n);
     for (int k = 0; k < 3; ++k) {
+      if (k == 2) {
+        whole->set_group_lr(2, 0.03);
+        sliced->set_group_lr(2, 0.03);
+      }
       const auto g = grad_at(k, n);
-      whole->step(p_whole, g, 0.05);
+      whole->step(p_whole, g, lr);
       sliced->begin_step();
       auto state = sliced->state_tensors();
       for (int64_t begin = 0; begin < n; begin += 7) {  // slices of 7 cut every range somewhere
         const int64_t len = std::min<int64_t>(7, n - begin);
         OptimizerSlice slice{p_sliced.narrow(0, begin, len), g.narrow(0, begin, len), {}, {}, std::nullopt};
         for (auto& [kind, t] : state) slice.state.push_back(t.narrow(0, begin, len));
-        sliced->update_at(slice, begin, 0.05);
+        sliced->update_at(slice, begin, lr);
       }
-      for (auto& [d, opt] : by_decay) opt->step(reference[d], g, 0.05);
+      const std::map<int, double> lr_of = {{-1, lr}, {0, lr}, {1, 0.02}, {2, k == 2 ? 0.03 : 0.01}};
+      for (auto& [group, opt] : by_group) opt->step(reference[group], g, lr_of.at(group));
     }
     for (int64_t i = 0; i < n; ++i) {
-      const float want = reference[decay_at(i, base)][i].item<float>();
+      const float want = reference[group_at(i)][i].item<float>();
       ASSERT_EQ(p_whole[i].item<float>(), want) << "element " << i;
       ASSERT_EQ(p_sliced[i].item<float>(), want) << "element " << i << " (sliced)";
     }
-    // The decays differ enough for the comparison to tell them apart.
-    EXPECT_FALSE(torch::equal(reference[base], reference[0.0]));
+    // The settings differ enough for the comparison to tell them apart.
+    EXPECT_FALSE(torch::equal(reference[-1], reference[0]));
+    EXPECT_FALSE(torch::equal(reference[-1], reference[2]));
   }
   auto adam = make("AdamW", options_with("AdamW", 0.1), n);
-  EXPECT_THROW(adam->set_decay_ranges({{5, 4, 0.0}, {2, 2, 0.0}}), std::invalid_argument);  // unsorted
-  EXPECT_THROW(adam->set_decay_ranges({{5, 4, 0.0}, {8, 2, 0.0}}), std::invalid_argument);  // overlapping
-  EXPECT_THROW(adam->set_decay_ranges({{38, 4, 0.0}}), std::invalid_argument);              // past the partition
+  const std::vector<GroupSettings> one = {{0.0, std::nullopt}};
+  EXPECT_THROW(adam->set_groups(one, {{5, 4, 0}, {2, 2, 0}}), std::invalid_argument);  // unsorted
+  EXPECT_THROW(adam->set_groups(one, {{5, 4, 0}, {8, 2, 0}}), std::invalid_argument);  // overlapping
+  EXPECT_THROW(adam->set_groups(one, {{38, 4, 0}}), std::invalid_argument);            // past the partition
+  EXPECT_THROW(adam->set_groups(one, {{5, 4, 1}}), std::invalid_argument);             // no group 1
+  EXPECT_THROW(adam->set_groups({{-1.0, std::nullopt}}, {}), std::invalid_argument);   // negative decay
+  adam->set_groups(one, {{5, 4, 0}});
+  EXPECT_THROW(adam->set_group_lr(1, 0.1), std::invalid_argument);
+  EXPECT_THROW(adam->set_group_lr(0, -0.1), std::invalid_argument);
 }
 
 TEST(FlatOptimizer, SliceErrorsNameWhatIsWrong) {

@@ -129,17 +129,17 @@ def test_an_optimizer_over_part_of_the_model():
         dscpp.initialize(model=model, optimizer=torch.optim.AdamW(model.blocks.parameters()), config=c)
 
 
-def test_parameter_groups_that_differ_in_more_than_weight_decay():
+def test_parameter_groups_that_differ_in_more_than_weight_decay_and_lr():
     model = make_model("gpt")
     vectors = [p for p in model.parameters() if p.dim() < 2]
     matrices = [p for p in model.parameters() if p.dim() >= 2]
-    adamw = torch.optim.AdamW([{"params": matrices}, {"params": vectors, "lr": 1e-2}], lr=1e-3)
+    adamw = torch.optim.AdamW([{"params": matrices}, {"params": vectors, "betas": (0.8, 0.9)}], lr=1e-3)
     c = config()
     del c["optimizer"]
-    with pytest.raises(ValueError, match="group 1 differs from group 0 in lr; only weight_decay may differ"):
+    with pytest.raises(ValueError, match="group 1 differs from group 0 in betas; only weight_decay and lr may differ"):
         dscpp.initialize(model=model, optimizer=adamw, config=c)
-    with pytest.raises(ValueError, match="group 1 sets lr=0.01 and the config's optimizer.params is 0.001"):
-        dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "lr": 1e-2}],
+    with pytest.raises(ValueError, match=r"group 1 sets betas=\[0.8, 0.9\] and the config's optimizer.params does not"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "betas": (0.8, 0.9)}],
                          config=config())
     with pytest.raises(ValueError, match="group 0 sets eps=1e-06 and the config's optimizer.params does not set"):
         dscpp.initialize(model=model, model_parameters=[{"params": matrices, "eps": 1e-6}, {"params": vectors}],
@@ -147,6 +147,11 @@ def test_parameter_groups_that_differ_in_more_than_weight_decay():
     with pytest.raises(ValueError, match="group 1's weight_decay must be a number >= 0, got -1"):
         dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "weight_decay": -1}],
                          config=config())
+    with pytest.raises(ValueError, match="group 1's lr must be a number >= 0, got 'fast'"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices}, {"params": vectors, "lr": "fast"}],
+                         config=config())
+    with pytest.raises(ValueError, match="mixes parameter groups \\(dicts\\) with Parameter at 1"):
+        dscpp.initialize(model=model, model_parameters=[{"params": matrices}] + vectors, config=config())
 
 
 def test_backward_before_forward():

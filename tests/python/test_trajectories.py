@@ -101,9 +101,9 @@ def test_activation_checkpointing_of_several_arguments_and_results(stage):
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_parameter_groups_with_their_own_weight_decay(stage, tmp_path):
-    """model_parameters as two groups (the vectors at a weight decay of their own): torch.optim.AdamW over the same
-    groups, on one rank and on two (each rank's partition cut through the groups' ranges)."""
+def test_parameter_groups_with_their_own_weight_decay_and_lr(stage, tmp_path):
+    """model_parameters as two groups (the vectors at a weight decay and lr of their own): torch.optim.AdamW over the
+    same groups, on one rank and on two (each rank's partition cut through the groups' ranges)."""
     expected = reference_losses("gpt", 1, 1, STEPS, grouped=True)
     ungrouped = reference_losses("gpt", 1, 1, STEPS)
     assert max(abs(a - b) for a, b in zip(expected, ungrouped)) > 1e-4, "the groups must change the run"
@@ -116,7 +116,7 @@ def test_parameter_groups_with_their_own_weight_decay(stage, tmp_path):
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
 
 
-def test_client_optimizer_groups_and_cpu_adam_keep_their_weight_decay(tmp_path):
+def test_client_optimizer_groups_and_cpu_adam_keep_their_weight_decay_and_lr(tmp_path):
     """The same groups through a client torch.optim.AdamW (whose groups' other settings are torch's defaults, the
     same in both), and through ZeRO-Offload's CPU Adam, in memory and on NVMe (stepped sub-group by sub-group)."""
     import dscpp
@@ -163,16 +163,22 @@ def test_offload_from_python_trains_the_same(stage, offload, tmp_path):
     assert got == pytest.approx(expected, abs=1e-5), (got, expected)
 
 
-def _scheduled_run(engine_side, steps, resume_at=None, tmp_path=None):
+def _scheduled_run(engine_side, steps, resume_at=None, tmp_path=None, grouped=False):
     """Losses of the test GPT under torch.optim.AdamW + StepLR(gamma 0.5), as a plain loop or through dscpp with the
-    optimizer and scheduler passed to initialize (optionally saved at `resume_at` and resumed in a new engine)."""
+    optimizer and scheduler passed to initialize (optionally saved at `resume_at` and resumed in a new engine).
+    `grouped`: the optimizer has decay_groups and a LambdaLR of one schedule per group, so the groups' lrs do not keep
+    their ratio."""
     import torch
     import dscpp
     from models import chunk, global_batches, make_model
-    from training import CLIP, MICRO, WD, ds_config
+    from training import CLIP, MICRO, WD, decay_groups, ds_config
 
     def build():
         model = make_model("gpt")
+        if grouped:
+            optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3, weight_decay=WD)
+            schedules = [lambda s: 0.5 ** s, lambda s: 1.0 / (1 + s)]
+            return model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedules)
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=WD)
         return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
 
@@ -210,3 +216,53 @@ def test_a_client_lr_scheduler_sets_each_steps_lr_and_resumes(tmp_path):
     expected = _scheduled_run(False, 4)
     assert _scheduled_run(True, 4) == pytest.approx(expected, abs=1e-5)
     assert _scheduled_run(True, 4, resume_at=2, tmp_path=tmp_path) == pytest.approx(expected, abs=1e-5)
+
+
+def test_client_groups_follow_their_own_schedules_and_resume(tmp_path):
+    expected = _scheduled_run(False, 4, grouped=True)
+    assert max(abs(a - b) for a, b in zip(expected, _scheduled_run(False, 4))) > 1e-4, "the groups change the run"
+    assert _scheduled_run(True, 4, grouped=True) == pytest.approx(expected, abs=1e-5)
+    assert _scheduled_run(True, 4, resume_at=2, tmp_path=tmp_path, grouped=True) == pytest.approx(expected, abs=1e-5)
+
+
+def test_groups_lrs_a_script_sets_itself_and_get_lr():
+    """A script that sets its optimizer's group lrs itself (no scheduler) steps with them, as torch would; get_lr()
+    is per group. Under a config scheduler every group takes the scheduled lr, as DeepSpeed's schedulers set them."""
+    import torch
+    import dscpp
+    from models import chunk, global_batches, make_model
+    from training import CLIP, MICRO, WD, decay_groups, ds_config
+
+    def run(engine_side):
+        model = make_model("gpt")
+        optimizer = torch.optim.AdamW(decay_groups(model), lr=1e-3, weight_decay=WD)
+        if engine_side:
+            config = ds_config(stage=3, grad_accum=1, world=1)
+            del config["optimizer"]
+            engine, returned, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=config)
+            assert returned is optimizer
+        losses = []
+        for step, batch in enumerate(global_batches("gpt", 4, MICRO)):
+            optimizer.param_groups[1]["lr"] = 1e-3 * (step + 1)
+            if engine_side:
+                assert engine.get_lr() == [1e-3, 1e-3 * (step + 1)]
+                engine.backward(engine(*chunk(batch, 0, MICRO)))
+                engine.step()
+                losses.append(engine.last_step()["loss"])
+            else:
+                loss = model(*chunk(batch, 0, MICRO))
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+                optimizer.step()
+                optimizer.zero_grad()
+                losses.append(loss.item())
+        return losses
+    assert run(True) == pytest.approx(run(False), abs=1e-5)
+
+    model = make_model("gpt")
+    config = ds_config(stage=0, grad_accum=1, world=1)
+    config["scheduler"] = {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 1e-3,
+                                                          "warmup_num_steps": 4}}
+    engine, optimizer, _, scheduler = dscpp.initialize(model=model, model_parameters=decay_groups(model), config=config)
+    assert engine.get_lr() == scheduler.get_lr() == [g["lr"] for g in optimizer.param_groups]
+    assert len(engine.get_lr()) == 2 and engine.get_lr()[0] == engine.get_lr()[1]

@@ -14,14 +14,15 @@ LR, WD, CLIP, MICRO = 1e-3, 0.1, 1.0, 4
 # steps that moves the losses by less than the tests' tolerance; this one moves them by ~1e-4, so a run that
 # ignored the groups would fail.
 VECTOR_DECAY = 10.0
+VECTOR_LR = 3 * LR  # and an lr of their own
 
 
 def decay_groups(model):
     """Two parameter groups as scripts make them: the matrices at the config's weight decay, the vectors (biases,
-    norms) at one of their own."""
+    norms) at a weight decay and an lr of their own."""
     params = [p for p in model.parameters() if p.requires_grad]
     return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": WD},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": VECTOR_DECAY}]
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": VECTOR_DECAY, "lr": VECTOR_LR}]
 
 
 def ds_config(stage, grad_accum, world, dtype="fp32"):
@@ -41,7 +42,7 @@ def ds_config(stage, grad_accum, world, dtype="fp32"):
 def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None, configure=None,
                   zero_init=False, grouped=False):
     """The engine's per-step losses. `zero_init`: the model is built inside dscpp.zero.Init (partitioned);
-    `grouped`: model_parameters are decay_groups (no weight decay for vectors)."""
+    `grouped`: model_parameters are decay_groups (the vectors at a weight decay and lr of their own)."""
     import contextlib
     import dscpp
     config = ds_config(stage, grad_accum, world, dtype)

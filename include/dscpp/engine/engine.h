@@ -38,6 +38,15 @@
 
 namespace dscpp {
 
+// Parameters, by name, whose weight decay or lr differs from the optimizer section's: typically no decay for biases
+// and norms, or a smaller lr for the lower layers. A group's lr holds until Engine::set_group_lr moves it; a config
+// "scheduler" sets every group's lr, as DeepSpeed's schedulers do, so a group's own lr is not used under one.
+struct OptimizerParamGroup {
+  std::vector<std::string> params;
+  std::optional<double> weight_decay;
+  std::optional<double> lr;
+};
+
 struct InitOptions {
   std::shared_ptr<Comm> comm;                        // default: init_comm(DistEnv::from_env())
   std::optional<OptimizerConfig> client_optimizer;   // used when the config has no "optimizer" section
@@ -56,9 +65,9 @@ struct InitOptions {
   // different data, so without such a group there is nothing to split and the key changes nothing, as in DeepSpeed
   // without an mpu.
   std::shared_ptr<Comm> activation_partition_group;
-  // Parameters, by name, with a weight decay of their own instead of optimizer.params.weight_decay (DeepSpeed's
-  // parameter groups; typically 0 for biases and norms). Every name must be a trainable parameter's.
-  std::map<std::string, double> weight_decay;
+  // Parameter groups (DeepSpeed's and torch's param_groups): parameters with settings of their own; the others take
+  // the optimizer section's. Each name a trainable parameter's, in one group at most.
+  std::vector<OptimizerParamGroup> param_groups;
 };
 
 // What the last accumulation boundary did.
@@ -150,6 +159,11 @@ class Engine {
   // The lr of the next optimizer steps, from a schedule the program runs itself (Python's client lr_scheduler).
   // std::logic_error when the config has a "scheduler": one schedule drives the lr, not two.
   void set_lr(double lr);
+  // The lr of InitOptions::param_groups[group] from the next optimizer step on (a client schedule moving each group's
+  // lr); std::logic_error under a config "scheduler", std::invalid_argument for a group that does not exist.
+  void set_group_lr(size_t group, double lr);
+  // The lr each of InitOptions::param_groups steps with next: its own, or lr() where it has none.
+  std::vector<double> group_lrs() const;
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;
@@ -227,8 +241,8 @@ class Engine {
   // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
   void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
-  // InitOptions::weight_decay as ranges of this rank's master partition for the optimizer.
-  void set_weight_decay(const std::map<std::string, double>& by_name);
+  // InitOptions::param_groups as ranges of this rank's master partition for the optimizer.
+  void set_param_groups(const std::vector<OptimizerParamGroup>& groups);
   void log_step(const StepReport& report);
   // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
   void write_monitors(const StepReport& report);

@@ -28,11 +28,18 @@ struct OptimizerSlice {
   std::optional<double> weight_decay;
 };
 
-// A range of the partition whose parameters have a weight decay of their own (DeepSpeed's parameter groups).
-struct DecayRange {
+// A parameter group's settings where they differ from the optimizer's (DeepSpeed's and torch's param_groups:
+// typically no weight decay for biases and norms, or a smaller lr for some layers).
+struct GroupSettings {
+  std::optional<double> weight_decay;  // none: the optimizer's
+  std::optional<double> lr;            // none: the lr the step is given (the engine's schedule)
+};
+
+// A range of the partition whose parameters belong to group `group` of FlatOptimizer::set_groups.
+struct GroupRange {
   int64_t begin = 0;
   int64_t numel = 0;
-  double weight_decay = 0.0;
+  int group = 0;
 };
 
 class FlatOptimizer {
@@ -50,15 +57,19 @@ class FlatOptimizer {
   virtual void begin_step() = 0;
   virtual void update(const OptimizerSlice& slice, double lr) = 0;
 
-  // update() for a slice that starts `offset` elements into the partition, split where set_decay_ranges gives
-  // its elements another weight decay. Without such ranges it is update().
+  // update() for a slice that starts `offset` elements into the partition, split where set_groups puts its
+  // elements in a group of their own, each piece with its group's weight decay and lr. Without groups it is update().
   void update_at(const OptimizerSlice& slice, int64_t offset, double lr);
 
-  // Ranges of the partition updated with their own weight decay; the rest takes the optimizer's. Sorted by `begin`,
-  // disjoint, inside [0, numel()) (std::invalid_argument otherwise). Adjacent ranges of one decay are merged, so
-  // the number of updates a step makes is the number of changes of decay along the partition.
-  void set_decay_ranges(std::vector<DecayRange> ranges);
-  const std::vector<DecayRange>& decay_ranges() const { return decay_ranges_; }
+  // Parameter groups: `ranges` of the partition take the settings of `groups[range.group]`, the rest the
+  // optimizer's. Ranges sorted by `begin`, disjoint, inside [0, numel()), naming a group that exists
+  // (std::invalid_argument otherwise). Adjacent ranges of one group are merged, so a step makes one update per
+  // change of group along the partition.
+  void set_groups(std::vector<GroupSettings> groups, std::vector<GroupRange> ranges);
+  // A group's lr from now on (none: the lr the step is given): a client schedule moving each group's lr.
+  void set_group_lr(int group, std::optional<double> lr);
+  const std::vector<GroupSettings>& groups() const { return groups_; }
+  const std::vector<GroupRange>& group_ranges() const { return group_ranges_; }
 
   // The partition size given at construction.
   virtual int64_t numel() const = 0;
@@ -86,7 +97,8 @@ class FlatOptimizer {
   virtual std::string name() const = 0;
 
  private:
-  std::vector<DecayRange> decay_ranges_;
+  std::vector<GroupSettings> groups_;
+  std::vector<GroupRange> group_ranges_;
 };
 
 // Which arithmetic updates host tensors.

@@ -37,6 +37,19 @@ def _check_same_parameters(given, trainable, what):
                          "on the ones to freeze")
 
 
+def _non_persistent_buffers(model):
+    """The names (as named_buffers gives them) of buffers registered with persistent=False: checkpoints leave them
+    out, as the module's state_dict does."""
+    names = {id(b): name for name, b in model.named_buffers()}
+    out = set()
+    for module in model.modules():
+        for short in module._non_persistent_buffers_set:
+            buffer = module._buffers.get(short)
+            if buffer is not None and id(buffer) in names:
+                out.add(names[id(buffer)])
+    return out
+
+
 def _dataloader(training_data, engine, collate_fn, drop_last):
     """DeepSpeed's loader: torch's DistributedSampler (shuffled, seed 0; call set_epoch per epoch) over the
     data-parallel ranks, micro-batch sized."""
@@ -121,6 +134,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     names = {id(p): name for name, p in model.named_parameters()}
     engine = _C.create_engine(
         params=list(model.named_parameters()), buffers=list(model.named_buffers()),
+        non_persistent_buffers=_non_persistent_buffers(model),
         units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None,

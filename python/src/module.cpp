@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -56,12 +57,13 @@ using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;
 // (parameter names, weight_decay or None, lr or None) per group: InitOptions::param_groups from Python.
 using ParamGroups = std::vector<std::tuple<std::vector<std::string>, std::optional<double>, std::optional<double>>>;
 
-std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers, const Units& units,
+std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers,
+                                      const std::set<std::string>& non_persistent_buffers, const Units& units,
                                       const UnitHandles& prepartitioned, const std::string& config,
                                       bool config_is_path, const py::object& group, const py::object& store,
                                       const std::string& backend, const std::string& key_prefix,
                                       const ParamGroups& param_groups) {
-  ModelTensors model{named(params), named(buffers), {}, {}};
+  ModelTensors model{named(params), named(buffers), non_persistent_buffers, {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
   for (const auto& [names, weight_decay, lr] : param_groups) options.param_groups.push_back({names, weight_decay, lr});
@@ -256,7 +258,8 @@ PYBIND11_MODULE(_C, m) {
         py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "The C++ half of dscpp.zero.Init.");
 
-  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("units"),
+  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("non_persistent_buffers"),
+        py::arg("units"),
         py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         py::arg("param_groups"), "Builds the engine over a model's tensors (see dscpp.initialize).");

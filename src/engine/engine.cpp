@@ -161,9 +161,14 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
       module_state.push_back({p.name, p.tensor, /*frozen=*/true});
     }
   }
+  std::set<std::string> non_persistent = model.non_persistent_buffers;
   for (const auto& b : model.buffers) {
     rest.push_back(b.tensor);
-    module_state.push_back({b.name, b.tensor, /*frozen=*/false});
+    if (non_persistent.erase(b.name) == 0) module_state.push_back({b.name, b.tensor, /*frozen=*/false});
+  }
+  if (!non_persistent.empty()) {
+    throw std::invalid_argument("dscpp::initialize: ModelTensors::non_persistent_buffers names '" +
+                                *non_persistent.begin() + "', which is not one of the model's buffers");
   }
   for (const auto& unit : model.units) unit_names_.push_back(unit.name);
   // Where training runs: the parameters' device. As DeepSpeed does, a rank training on a GPU makes the GPU its

@@ -6,7 +6,11 @@
 #include "dscpp/dscpp.h"
 #include "test_models.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <map>
+#include <set>
 
 namespace dscpp::testing {
 namespace {
@@ -128,6 +132,31 @@ TEST(EngineTensors, ModuleOptionsAreRefusedForTensors) {
     FAIL() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("ModelTensors::units"), std::string::npos) << e.what();
+  }
+}
+
+// A non-persistent buffer (Python's register_buffer(persistent=False)) stays out of the checkpoint's module state;
+// naming something that is not a buffer is an error naming it.
+TEST(EngineTensors, NonPersistentBuffersStayOutOfCheckpoints) {
+  const auto dir = std::filesystem::temp_directory_path() / ("dscpp_non_persistent_" + std::to_string(getpid()));
+  auto model = TwoBlocks();
+  auto tensors = model_tensors(*model, {});
+  tensors.non_persistent_buffers = {"steps"};
+  auto engine = initialize(tensors, config_from(config_json(1)));
+  engine->save_checkpoint(dir.string(), "t");
+  std::set<std::string> saved;
+  for (const auto& e : Manifest::read((dir / "t").string()).module_state) saved.insert(e.name);
+  EXPECT_EQ(saved, std::set<std::string>{"frozen"});
+  std::filesystem::remove_all(dir);
+
+  auto other = TwoBlocks();
+  auto wrong = model_tensors(*other, {});
+  wrong.non_persistent_buffers = {"head"};
+  try {
+    initialize(wrong, config_from(config_json(1)));
+    FAIL() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("non_persistent_buffers names 'head'"), std::string::npos) << e.what();
   }
 }
 

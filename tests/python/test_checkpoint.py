@@ -204,3 +204,22 @@ def test_buffers_saved_in_bf16_load_into_an_fp32_run(tmp_path):
     assert mean.dtype == torch.float32
     assert torch.equal(mean, saved_model.net.bn1.running_mean.float())
     assert not torch.equal(mean, torch.zeros_like(mean))
+
+
+def test_non_persistent_buffers_stay_out_of_the_checkpoint(tmp_path):
+    """A buffer registered with persistent=False (a mask, a table the module rebuilds) is not saved, as the module's
+    state_dict leaves it out, and a loading engine keeps its own."""
+    def build(fill):
+        model = make_model("resnet")
+        model.net.register_buffer("table", torch.full((4,), fill), persistent=False)
+        assert "net.table" not in model.state_dict()
+        return model, dscpp.initialize(model=model, config=ds_config(stage=2, grad_accum=1, world=1))[0]
+
+    _, saved = build(1.0)
+    saved.save_checkpoint(str(tmp_path), tag="t")
+    manifest = json.loads((tmp_path / "t" / "manifest.json").read_text())
+    names = {e["name"] for e in manifest["module_state"]}
+    assert "net.bn1.running_mean" in names and "net.table" not in names
+    model, engine = build(2.0)
+    engine.load_checkpoint(str(tmp_path), tag="t")
+    assert torch.equal(model.net.table, torch.full((4,), 2.0))

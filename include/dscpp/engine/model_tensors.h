@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct ModelTensors {
   // as buffers.
   std::vector<NamedTensor> params;
   std::vector<NamedTensor> buffers;  // running statistics, masks: rank 0's values on every rank, never trained
+  // Names of buffers that checkpoints leave out, as a module's state_dict does (Python's register_buffer(...,
+  // persistent=False): a causal mask, rotary tables, rebuilt by the module itself). Each must name one of `buffers`.
+  std::set<std::string> non_persistent_buffers;
   std::vector<GatherUnit> units;     // ZeRO-3's units, in the order given (ignored by stages 0-2)
   // Units built partitioned (zero.Init), in any order: ZeRO-3 adopts their shards (needs stage 3).
   std::vector<PrepartitionedUnit> prepartitioned;

@@ -4,6 +4,7 @@
 #include "dscpp/checkpoint/consolidate.h"
 #include "dscpp/checkpoint/hf_gpt2.h"
 #include "dscpp/comm/comm.h"
+#include "dscpp/comm/topology.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/device.h"
 #include "dscpp/engine/engine.h"

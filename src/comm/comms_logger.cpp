@@ -43,6 +43,8 @@ class LoggedComm final : public Comm {
   }
   std::unique_ptr<SideStream> open_side_stream() override { return inner_->open_side_stream(); }
   void interrupt(std::exception_ptr error) override { inner_->interrupt(std::move(error)); }
+  // Sub-groups are not logged: the logger's bandwidths assume this comm's world size.
+  std::shared_ptr<Comm> split(int color, int key) override { return inner_->split(color, key); }
 
  private:
   static double seconds_since(Clock::time_point start) {

@@ -24,6 +24,13 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistE
   return {c10d::ProcessGroupGloo::createDefaultDevice()};
 }
 
+// Sub-groups (Comm::split) on the same devices, with the same timeout.
+GroupFactory gloo_factory(c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> options) {
+  return [options](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, options);
+  };
+}
+
 std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
   const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
   auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
@@ -49,10 +56,17 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     throw CommError(me + ": the start-up collective failed: " + std::string(e.what()) +
                     ". A peer rank probably died; see its log.");
   }
-  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features);
+  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features, "",
+                                            gloo_factory(options));
 }
 
 #ifdef DSCPP_WITH_NCCL
+GroupFactory nccl_factory(c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> options) {
+  return [options](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+    return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, options);
+  };
+}
+
 // NCCL does bf16, reduce-scatter and flat all-gather natively. Tensors must live on this rank's GPU (the engine
 // puts them on cuda:local_rank).
 std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
@@ -60,7 +74,7 @@ std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10
   options->timeout = env.timeout;
   auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
   return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size,
-                                            BackendFeatures{true, true, true});
+                                            BackendFeatures{true, true, true}, "", nccl_factory(options));
 }
 #endif
 
@@ -107,7 +121,25 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
   // NCCL has every feature natively; Gloo's are probed, as init_comm does.
   const BackendFeatures features = backend == "nccl" ? BackendFeatures{true, true, true}
                                                      : probe_features(*base, world_size);
-  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features, key_prefix);
+  // Sub-groups as init_comm's would be made, from the job's environment (torchrun's, which the group was made from).
+  GroupFactory factory;
+  if (backend == "gloo") {
+    factory = [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
+      const DistEnv env = DistEnv::from_env();
+      auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
+      options->devices = gloo_devices(env);
+      return gloo_factory(options)(store, rank, size);
+    };
+  }
+#ifdef DSCPP_WITH_NCCL
+  if (backend == "nccl") {
+    auto options = c10d::ProcessGroupNCCL::Options::create();
+    options->timeout = DistEnv::from_env().timeout;
+    factory = nccl_factory(options);
+  }
+#endif
+  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features, key_prefix,
+                                            std::move(factory));
 }
 
 }  // namespace dscpp

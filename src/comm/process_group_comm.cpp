@@ -89,14 +89,16 @@ torch::Tensor movable(const torch::Tensor& t, bool native_bf16) {
 
 ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group,
                                    c10::intrusive_ptr<c10d::Store> store, std::string backend, int rank,
-                                   int world_size, BackendFeatures features, std::string stream_prefix)
+                                   int world_size, BackendFeatures features, std::string stream_prefix,
+                                   GroupFactory make_group)
     : group_(std::move(group)),
       store_(std::move(store)),
       backend_(std::move(backend)),
       rank_(rank),
       world_size_(world_size),
       features_(features),
-      stream_prefix_(std::move(stream_prefix)) {}
+      stream_prefix_(std::move(stream_prefix)),
+      make_group_(std::move(make_group)) {}
 
 ProcessGroupComm::~ProcessGroupComm() = default;
 
@@ -182,6 +184,38 @@ void ProcessGroupComm::interrupt(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(interrupt_->mutex);
   if (!interrupt_->error) interrupt_->error = std::move(error);
   interrupt_->changed.notify_all();
+}
+
+// Every rank's (color, key) through the store; then each group connects a process group of its own under
+// "<stream prefix>split<k>/<color>" (torch's new_group does the same with a PrefixStore per group), so groups of one
+// split, and of successive splits, never read each other's keys.
+std::shared_ptr<Comm> ProcessGroupComm::split(int color, int key) {
+  if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
+  const int64_t index = splits_++;
+  const auto all = side_all_gather({color, key});
+  std::vector<std::pair<int64_t, int>> members;  // (key, rank here) of the ranks of this color
+  for (int r = 0; r < world_size_; ++r) {
+    if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
+  }
+  std::sort(members.begin(), members.end());
+  const int size = static_cast<int>(members.size());
+  int rank = 0;  // this rank's place in its group
+  while (members[rank].second != rank_) ++rank;
+  if (size == 1) return make_single_process_comm();
+  if (!make_group_) throw CommError(prefix() + "split: this comm cannot make sub-groups");
+  const std::string name = stream_prefix_ + "split" + std::to_string(index) + "/" + std::to_string(color);
+  auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
+  const std::string me = prefix() + "split #" + std::to_string(index) + " (color " + std::to_string(color) + ", " +
+                         std::to_string(size) + " ranks): ";
+  c10::intrusive_ptr<compat::ProcessGroupBase> group;
+  BackendFeatures features{true, true, true};
+  try {
+    group = make_group_(store, rank, size);
+    if (backend_ == "gloo") features = probe_features(*group, size);
+  } catch (const std::exception& e) {
+    throw CommError(me + "connecting the group failed: " + reason(e) + ". A peer rank probably died; see its log.");
+  }
+  return std::make_shared<ProcessGroupComm>(group, store, backend_, rank, size, features, name + "/", make_group_);
 }
 
 namespace {

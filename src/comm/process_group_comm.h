@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,14 +23,19 @@ struct BackendFeatures {
   bool allgather_base = false;  // _allgather_base into one flat tensor (else: allgather into views of the output)
 };
 
+// Makes a process group of `size` ranks over `store`, this one `rank` of them, with the backend and settings of the
+// comm that holds the factory (Gloo's devices and timeout, NCCL's options): split()'s sub-groups.
+using GroupFactory = std::function<c10::intrusive_ptr<compat::ProcessGroupBase>(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)>;
+
 class ProcessGroupComm final : public Comm {
  public:
   // `store` is kept alive as long as the group (rank 0 hosts it). `features` must be identical on every rank.
-  // `stream_prefix` names this comm's side streams in the store (make_comm_over's key_prefix): comms over one
-  // store must use different ones.
+  // `stream_prefix` names this comm's side streams and sub-groups in the store (make_comm_over's key_prefix): comms
+  // over one store must use different ones. `make_group` makes split()'s groups.
   ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group, c10::intrusive_ptr<c10d::Store> store,
                    std::string backend, int rank, int world_size, BackendFeatures features,
-                   std::string stream_prefix = "");
+                   std::string stream_prefix, GroupFactory make_group);
   // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
   // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
   ~ProcessGroupComm() override;
@@ -48,6 +54,7 @@ class ProcessGroupComm final : public Comm {
   // Over two connections of its own to the TCPStore under `store` (none when it is not a TCPStore).
   std::unique_ptr<SideStream> open_side_stream() override;
   void interrupt(std::exception_ptr error) override;
+  std::shared_ptr<Comm> split(int color, int key) override;
 
  private:
   // What interrupt() raises, shared with the waits of collectives still pending when the comm is gone.
@@ -72,6 +79,8 @@ class ProcessGroupComm final : public Comm {
   int64_t side_calls_ = 0;  // side_all_gather calls so far: names its store keys
   std::string stream_prefix_;
   int64_t streams_ = 0;  // side streams opened so far: names their keys
+  int64_t splits_ = 0;   // split() calls so far: names their groups' keys
+  GroupFactory make_group_;
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
 };
 

@@ -26,6 +26,10 @@ class SingleProcessComm final : public Comm {
   Handle broadcast(torch::Tensor&, int) override { return {}; }
   void barrier() override {}
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override { return values; }
+  std::shared_ptr<Comm> split(int color, int) override {
+    if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
+    return std::make_shared<SingleProcessComm>();
+  }
 };
 
 }  // namespace

@@ -204,6 +204,12 @@ TEST(CommProcessTest, SideStreamCarriesRecordsBetweenRankZeroAndEachRank) {
   EXPECT_NE(ranks[2].out.find("rank 2 read 3 records"), std::string::npos) << ranks[2].out;
 }
 
+// 8 ranks as pipe 2 × data 2 × model 2, then as pipe 4 × data 2: each rank's groups along each axis.
+TEST(CommProcessTest, SplitGivesEachAxisOfARankGridItsOwnGroup) {
+  const auto ranks = run_job("topology", 8, all_ranks(8), 1.0, std::chrono::seconds(100));
+  for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ": " << ranks[r].err;
+}
+
 }  // namespace
 }  // namespace dscpp::testing
 

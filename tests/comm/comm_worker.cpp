@@ -10,6 +10,7 @@
 
 #include "comm_worker.h"
 #include "dscpp/comm/comm.h"
+#include "dscpp/comm/topology.h"
 
 namespace dscpp::testing {
 namespace {
@@ -227,6 +228,40 @@ int side_stream() {
   return 0;
 }
 
+// The groups of a rank grid: along each axis, a comm of exactly the ranks ProcessTopology names, numbered in the
+// axis's order (an all_gather of world ranks comes back as the group's list), whose collectives involve no other
+// rank (an all_reduce sums the group's ranks only). Two grids in a row: successive splits do not mix their keys.
+int topology() {
+  const auto env = DistEnv::from_env();
+  auto world = init_comm(env, CommBackend::kGloo);
+  for (const auto& [pipe, model] : std::vector<std::pair<int, int>>{{2, 2}, {env.world_size / 2, 1}}) {
+    const ProcessTopology topology(world->world_size(), pipe, model);
+    const auto groups = make_parallel_groups(world, topology);
+    if (!(groups.coord == topology.coord_of(env.rank))) throw Mismatch("coordinate");
+    for (Axis axis : {Axis::kPipe, Axis::kData, Axis::kModel}) {
+      const auto members = topology.group_along(axis, env.rank);
+      const auto& comm = groups.along(axis);
+      const std::string what = std::string(to_string(axis)) + " group of grid pipe " + std::to_string(pipe) +
+                               " x model " + std::to_string(model);
+      if (comm->world_size() != static_cast<int>(members.size()) || comm->rank() != groups.coord.along(axis)) {
+        throw Mismatch(what + ": rank " + std::to_string(comm->rank()) + " of " + std::to_string(comm->world_size()));
+      }
+      auto mine = torch::full({1}, static_cast<int64_t>(env.rank), torch::kLong);
+      auto all = torch::zeros({comm->world_size()}, torch::kLong);
+      comm->all_gather(all, mine).wait();
+      expect_equal(what + " all_gather", all, torch::tensor(std::vector<int64_t>(members.begin(), members.end())));
+      auto sum = mine.clone();
+      comm->all_reduce(sum).wait();
+      int64_t want = 0;
+      for (int r : members) want += r;
+      expect_equal(what + " all_reduce", sum, torch::full({1}, want, torch::kLong));
+    }
+  }
+  world->barrier();
+  std::cout << "rank " << env.rank << " ok\n";
+  return 0;
+}
+
 // Start-up with a rank missing: init_comm itself must fail within DEEPSPEED_TIMEOUT.
 int missing_peer() {
   try {
@@ -249,6 +284,7 @@ int run_worker(const std::string& scenario) {
     if (scenario == "missing_peer") return missing_peer();
     if (scenario == "interrupted") return interrupted();
     if (scenario == "side_stream") return side_stream();
+    if (scenario == "topology") return topology();
     std::cerr << "unknown worker scenario '" << scenario << "'\n";
   } catch (const std::exception& e) {
     std::cerr << "worker " << scenario << " failed: " << e.what() << "\n";

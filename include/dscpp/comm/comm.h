@@ -95,6 +95,12 @@ class Comm {
   // side_all_gather). Every rank opens its streams in the same order. Not collective: it only connects.
   virtual std::unique_ptr<SideStream> open_side_stream() { return nullptr; }
 
+  // MPI_Comm_split: the ranks passing the same `color` (>= 0) form a new Comm, numbered by (`key`, rank here) —
+  // how a rank grid gets its data-, model- and pipeline-parallel groups. Collective over this comm: every rank calls
+  // it, in the same order as its other splits. The new comm runs over the same store, under keys of its own, with
+  // this comm's backend and timeout; a group of one rank is the single-process comm.
+  virtual std::shared_ptr<Comm> split(int color, int key) = 0;
+
   // Makes every wait() in progress on this comm's collectives, and every later one whose collective has not
   // finished, throw `error`: for a watcher thread that learns the ranks can no longer pair their collectives (the
   // ZeRO-3 order check), so a rank blocked in a collective its peers will never join stops with the reason

@@ -9,3 +9,5 @@
 #include "dscpp/engine/device.h"
 #include "dscpp/engine/engine.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/parallel/tensor_parallel_layers.h"
+#include "dscpp/parallel/tensor_parallel_ops.h"

@@ -1,0 +1,84 @@
+// Megatron-style tensor-parallel layers (DeepSpeed's mpu): each rank of the model-parallel group holds a slice of a
+// layer's weight and computes its share; the collectives of tensor_parallel_ops.h join the shares. Every layer is
+// initialised as its whole counterpart would be (the whole weight drawn on each rank from the same generator, then
+// sliced), so a model gives the same values at every tensor-parallel size, and set_from_whole() copies in a
+// whole layer's weights (a loaded checkpoint, a reference in a test).
+//
+//   ColumnParallelLinear  y = x·Wᵀ + b, W split by output rows: rank r computes y's columns [r·out/p, (r+1)·out/p);
+//                         gather_output all-gathers them, otherwise y stays split (for a RowParallelLinear next).
+//   RowParallelLinear     W split by input columns: rank r multiplies its slice of x (input_is_parallel: x arrives
+//                         split, as a ColumnParallelLinear leaves it) and the partial products are all-reduced;
+//                         the bias is whole and added once, after the sum.
+//   VocabParallelEmbedding  rows [r·V/p, (r+1)·V/p) of the table on rank r; a token outside them looks up zeros and
+//                         the all-reduce fills it in.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "dscpp/comm/comm.h"
+
+namespace dscpp {
+
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  // std::invalid_argument naming the numbers when out_features does not divide over the group.
+  ColumnParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<Comm> group, bool bias = true,
+                           bool gather_output = true);
+  torch::Tensor forward(const torch::Tensor& x);
+  // Copies this rank's slice of a whole Linear's weight (out, in) and bias (out; undefined without one).
+  void set_from_whole(const torch::Tensor& weight, const torch::Tensor& bias);
+
+  torch::Tensor weight;  // (out / p, in)
+  torch::Tensor bias;    // (out / p), or undefined
+
+ private:
+  std::shared_ptr<Comm> group_;
+  bool gather_output_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  // std::invalid_argument naming the numbers when in_features does not divide over the group.
+  RowParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<Comm> group, bool bias = true,
+                        bool input_is_parallel = false);
+  torch::Tensor forward(const torch::Tensor& x);
+  void set_from_whole(const torch::Tensor& weight, const torch::Tensor& bias);
+
+  torch::Tensor weight;  // (out, in / p)
+  torch::Tensor bias;    // (out), whole on every rank, or undefined
+
+ private:
+  std::shared_ptr<Comm> group_;
+  bool input_is_parallel_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  // std::invalid_argument naming the numbers when num_embeddings does not divide over the group. Initialised
+  // N(0, 1) as torch::nn::Embedding.
+  VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim, std::shared_ptr<Comm> group);
+  torch::Tensor forward(const torch::Tensor& ids);
+  void set_from_whole(const torch::Tensor& weight);
+  int64_t vocab_begin() const { return vocab_begin_; }  // this rank's first row
+
+  torch::Tensor weight;  // (V / p, dim)
+
+ private:
+  std::shared_ptr<Comm> group_;
+  int64_t vocab_begin_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
+// Mean cross-entropy over N positions from logits split over the vocabulary — `logits` (N, V/p) are this rank's
+// columns [vocab_begin, vocab_begin + V/p), as a ColumnParallelLinear without gather_output or the transposed
+// VocabParallelEmbedding leave them — without any rank holding (N, V). `targets` (N) int64 are whole-vocabulary
+// ids. Computed in fp32; the same loss on every rank of the group, whose backward gives each rank its columns'
+// gradient (softmax − one-hot).
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           const std::shared_ptr<Comm>& group);
+
+}  // namespace dscpp

@@ -1,0 +1,118 @@
+// Each layer draws its whole weight as the whole layer would (a temporary torch::nn::Linear / Embedding: same
+// generator calls, same values) and keeps its slice.
+#include "dscpp/parallel/tensor_parallel_layers.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "dscpp/parallel/tensor_parallel_ops.h"
+
+namespace dscpp {
+namespace {
+
+int64_t share_of(int64_t n, const std::shared_ptr<Comm>& group, const std::string& what) {
+  if (!group) throw std::invalid_argument(what + ": the model-parallel group is null");
+  const int p = group->world_size();
+  if (n % p != 0) {
+    throw std::invalid_argument(what + " does not divide over the tensor-parallel size " + std::to_string(p) +
+                                ": each rank holds an equal slice, so it must be a multiple of " + std::to_string(p));
+  }
+  return n / p;
+}
+
+}  // namespace
+
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t out_features,
+                                                   std::shared_ptr<Comm> group, bool bias, bool gather_output)
+    : group_(std::move(group)), gather_output_(gather_output) {
+  const int64_t rows = share_of(out_features, group_, "ColumnParallelLinear: out_features " +
+                                                          std::to_string(out_features));
+  weight = register_parameter("weight", torch::empty({rows, in_features}));
+  if (bias) this->bias = register_parameter("bias", torch::empty({rows}));
+  torch::nn::Linear whole(torch::nn::LinearOptions(in_features, out_features).bias(bias));
+  set_from_whole(whole->weight, bias ? whole->bias : torch::Tensor());
+}
+
+void ColumnParallelLinearImpl::set_from_whole(const torch::Tensor& w, const torch::Tensor& b) {
+  torch::NoGradGuard no_grad;
+  const int64_t rows = weight.size(0), begin = group_->rank() * rows;
+  weight.copy_(w.narrow(0, begin, rows));
+  if (bias.defined()) bias.copy_(b.narrow(0, begin, rows));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto y = torch::nn::functional::linear(copy_to_model_parallel(x, group_), weight, bias);
+  return gather_output_ ? gather_from_model_parallel(y, group_) : y;
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in_features, int64_t out_features, std::shared_ptr<Comm> group,
+                                             bool bias, bool input_is_parallel)
+    : group_(std::move(group)), input_is_parallel_(input_is_parallel) {
+  const int64_t columns = share_of(in_features, group_, "RowParallelLinear: in_features " +
+                                                             std::to_string(in_features));
+  weight = register_parameter("weight", torch::empty({out_features, columns}));
+  if (bias) this->bias = register_parameter("bias", torch::empty({out_features}));
+  torch::nn::Linear whole(torch::nn::LinearOptions(in_features, out_features).bias(bias));
+  set_from_whole(whole->weight, bias ? whole->bias : torch::Tensor());
+}
+
+void RowParallelLinearImpl::set_from_whole(const torch::Tensor& w, const torch::Tensor& b) {
+  torch::NoGradGuard no_grad;
+  const int64_t columns = weight.size(1);
+  weight.copy_(w.narrow(1, group_->rank() * columns, columns));
+  if (bias.defined()) bias.copy_(b);
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  auto part = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
+  auto y = reduce_from_model_parallel(torch::nn::functional::linear(part, weight), group_);
+  return bias.defined() ? y + bias : y;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
+                                                       std::shared_ptr<Comm> group)
+    : group_(std::move(group)) {
+  const int64_t rows = share_of(num_embeddings, group_, "VocabParallelEmbedding: the vocabulary size " +
+                                                            std::to_string(num_embeddings));
+  vocab_begin_ = group_->rank() * rows;
+  weight = register_parameter("weight", torch::empty({rows, embedding_dim}));
+  torch::nn::Embedding whole(num_embeddings, embedding_dim);
+  set_from_whole(whole->weight);
+}
+
+void VocabParallelEmbeddingImpl::set_from_whole(const torch::Tensor& w) {
+  torch::NoGradGuard no_grad;
+  weight.copy_(w.narrow(0, vocab_begin_, weight.size(0)));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (group_->world_size() == 1) return torch::embedding(weight, ids);
+  const int64_t rows = weight.size(0);
+  const auto outside = (ids < vocab_begin_) | (ids >= vocab_begin_ + rows);
+  auto local = (ids - vocab_begin_).masked_fill(outside, 0);
+  auto out = torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  return reduce_from_model_parallel(out, group_);
+}
+
+// Megatron's: the max, the target's logit and the sum of exponentials are each a local reduction over this rank's
+// columns followed by an all-reduce over the group. The max only shifts for stability (no gradient); the other two
+// go through reduce_from_model_parallel, whose identity backward gives each rank exactly its columns' share.
+torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
+                                           const std::shared_ptr<Comm>& group) {
+  if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0)) {
+    throw std::invalid_argument("vocab_parallel_cross_entropy: logits must be (N, V/p) and targets (N)");
+  }
+  auto x = logits.to(torch::kFloat);
+  const int64_t columns = x.size(1), begin = group->rank() * columns;
+  auto max = std::get<0>(x.detach().max(1, /*keepdim=*/true)).contiguous();
+  if (group->world_size() > 1) group->all_reduce(max, ReduceOp::kMax).wait();
+  auto shifted = x - max;
+  const auto outside = (targets < begin) | (targets >= begin + columns);
+  auto local = (targets - begin).masked_fill(outside, 0);
+  auto target_logit = shifted.gather(1, local.unsqueeze(1)).squeeze(1).masked_fill(outside, 0.0);
+  target_logit = reduce_from_model_parallel(target_logit, group);
+  auto sum_exp = reduce_from_model_parallel(shifted.exp().sum(1), group);
+  return (sum_exp.log() - target_logit).mean();
+}
+
+}  // namespace dscpp

@@ -1,0 +1,140 @@
+// Tensor-parallel layers against their whole counterparts. Over real processes (the binary spawns itself with
+// --worker as each rank): an embedding → column-parallel → GELU → row-parallel → column-parallel head →
+// vocab-parallel cross-entropy, on tp 2 and on tp 2 × dp 2, gives the whole model's loss, and each rank's gradients
+// are its slices of the whole model's. In one process: the layers are the whole layers, and the errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <iostream>
+
+#include "../common/multiprocess.h"
+#include "dscpp/dscpp.h"
+
+namespace dscpp::testing {
+namespace {
+
+constexpr int64_t kVocab = 16, kDim = 8, kHidden = 12, kTokens = 6;
+
+struct Whole {
+  torch::nn::Embedding embed{kVocab, kDim};
+  torch::nn::Linear up{kDim, kHidden}, down{kHidden, kDim}, head{kDim, kVocab};
+};
+
+struct Sliced {
+  VocabParallelEmbedding embed;
+  ColumnParallelLinear up;
+  RowParallelLinear down;
+  ColumnParallelLinear head;
+  explicit Sliced(const std::shared_ptr<Comm>& g)
+      : embed(kVocab, kDim, g),
+        up(kDim, kHidden, g, true, /*gather_output=*/false),
+        down(kHidden, kDim, g, true, /*input_is_parallel=*/true),
+        head(kDim, kVocab, g, true, /*gather_output=*/false) {}
+};
+
+torch::Tensor tokens() { return torch::arange(kTokens, torch::kLong) * 5 % kVocab; }
+torch::Tensor targets() { return (torch::arange(kTokens, torch::kLong) * 3 + 1) % kVocab; }
+
+bool close(const torch::Tensor& got, const torch::Tensor& want) {
+  return got.sizes() == want.sizes() && torch::allclose(got, want, /*rtol=*/1e-5, /*atol=*/1e-6);
+}
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what + " differs from the whole model's");
+}
+
+// One forward and backward of both models (built from the same seed); compares the loss, the gathered path
+// (gather_output, then a row-parallel layer that scatters its input), and every gradient slice.
+void compare(const std::shared_ptr<Comm>& group) {
+  torch::manual_seed(7);
+  Whole whole;
+  torch::manual_seed(7);
+  Sliced sliced(group);  // drawn in the same order: the same values, sliced
+
+  auto h = torch::gelu(whole.up(whole.embed(tokens())));
+  auto want = torch::nn::functional::cross_entropy(whole.head(whole.down(h)), targets());
+  want.backward();
+  auto hs = torch::gelu(sliced.up(sliced.embed(tokens())));
+  auto got = vocab_parallel_cross_entropy(sliced.head(sliced.down(hs)), targets(), group);
+  got.backward();
+  check(close(got, want), "the loss");
+
+  const int p = group->world_size(), r = group->rank();
+  auto rows = [&](const torch::Tensor& t) { return t.chunk(p, 0)[r]; };
+  auto columns = [&](const torch::Tensor& t) { return t.chunk(p, 1)[r]; };
+  check(close(sliced.embed->weight.grad(), rows(whole.embed->weight.grad())), "the embedding's gradient");
+  check(close(sliced.up->weight.grad(), rows(whole.up->weight.grad())), "the column layer's weight gradient");
+  check(close(sliced.up->bias.grad(), rows(whole.up->bias.grad())), "the column layer's bias gradient");
+  check(close(sliced.down->weight.grad(), columns(whole.down->weight.grad())), "the row layer's weight gradient");
+  check(close(sliced.down->bias.grad(), whole.down->bias.grad()), "the row layer's bias gradient");
+  check(close(sliced.head->weight.grad(), rows(whole.head->weight.grad())), "the head's weight gradient");
+
+  // gather_output, and a row layer whose input arrives whole: outputs and the input's gradient.
+  torch::manual_seed(9);
+  torch::nn::Linear a(kDim, kHidden), b(kHidden, kDim);
+  torch::manual_seed(9);
+  ColumnParallelLinear as(kDim, kHidden, group, true, /*gather_output=*/true);
+  RowParallelLinear bs(kHidden, kDim, group, true, /*input_is_parallel=*/false);
+  auto x = torch::randn({kTokens, kDim}).requires_grad_(true);
+  auto xs = x.detach().clone().requires_grad_(true);
+  auto y = b(a(x)), ys = bs(as(xs));
+  check(close(ys, y), "the gathered path's output");
+  y.pow(2).sum().backward();
+  ys.pow(2).sum().backward();
+  check(close(xs.grad(), x.grad()), "the gathered path's input gradient");
+}
+
+int worker(const std::string& scenario) {
+  auto world = init_comm(DistEnv::from_env(), CommBackend::kGloo);
+  const int tp = scenario == "tp2dp2" ? 2 : world->world_size();
+  const auto groups = make_parallel_groups(world, ProcessTopology(world->world_size(), 1, tp));
+  compare(groups.model);
+  try {
+    ColumnParallelLinear(kDim, 13, groups.model);
+    throw std::runtime_error("13 output features over 2 ranks were accepted");
+  } catch (const std::invalid_argument& e) {
+    if (std::string(e.what()).find("out_features 13 does not divide over the tensor-parallel size 2") ==
+        std::string::npos) {
+      throw;
+    }
+  }
+  world->barrier();
+  std::cout << "rank " << world->rank() << " ok" << std::endl;
+  return 0;
+}
+
+TEST(TensorParallel, OneRankIsTheWholeModel) { compare(make_single_process_comm()); }
+
+TEST(TensorParallel, SlicesOverRealProcessesGiveTheWholeModelsLossAndGradients) {
+  const std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
+  for (const auto& [scenario, world] : std::vector<std::pair<std::string, int>>{{"tp2", 2}, {"tp2dp2", 4}}) {
+    const auto ranks = run_ranks(world, self + " --worker " + scenario, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(ranks[r].code, 0) << scenario << " rank " << r << ": " << ranks[r].out << ranks[r].err;
+    }
+  }
+}
+
+TEST(TensorParallel, OneRankTakesAnySize) {
+  // The divisibility rule is over the group's size; one rank holds everything.
+  EXPECT_NO_THROW(ColumnParallelLinear(kDim, 13, make_single_process_comm()));
+  EXPECT_THROW(VocabParallelEmbedding(kVocab, kDim, nullptr), std::invalid_argument);
+  EXPECT_THROW(vocab_parallel_cross_entropy(torch::zeros({2, 3, 4}), targets(), make_single_process_comm()),
+               std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dscpp::testing
+
+int main(int argc, char** argv) {
+  if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
+    try {
+      return dscpp::testing::worker(argv[2]);
+    } catch (const std::exception& e) {
+      std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -249,6 +249,8 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
   if (config_.memory_breakdown) CpuMemoryTracker::install();
+  if (options.model_parallel_group) set_model_parallel(options.model_parallel_group, options.model_parallel_params);
+  if (!options.activation_partition_group && model_group_) options.activation_partition_group = model_group_;
   checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,
                                                              options.activation_partition_group);
   for (auto& [name, tensor] : optimizer_->state_tensors()) optimizer_state_bytes_ += tensor.nbytes();
@@ -366,6 +368,30 @@ void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
   log_("[deepspeed.cpp] " + std::to_string(group_of_slot.size()) + " parameters in " + std::to_string(groups.size()) +
        " groups of their own (" + std::to_string(optimizer_->group_ranges().size()) + " ranges of rank " +
        std::to_string(rank) + "'s partition)");
+}
+
+void Engine::set_model_parallel(std::shared_ptr<Comm> group, const std::set<std::string>& sliced) {
+  const auto& slots = stage_->layout().slots();
+  std::set<std::string> unknown = sliced;
+  for (const auto& slot : slots) unknown.erase(slot.name);
+  if (!unknown.empty()) {
+    throw std::invalid_argument("InitOptions::model_parallel_params names '" + *unknown.begin() +
+                                "', which is not a trainable parameter of this model");
+  }
+  if (group->world_size() == 1) return;  // one slice: the whole model, nothing to join
+  model_group_ = std::move(group);
+  for (const auto& slot : slots) counted_in_norm_.push_back(sliced.count(slot.name) > 0 || model_group_->rank() == 0);
+  log_("[deepspeed.cpp] tensor parallel over " + std::to_string(model_group_->world_size()) + " ranks: " +
+       std::to_string(sliced.size()) + " of " + std::to_string(slots.size()) +
+       " trainable parameters are slices, the others whole on every model-parallel rank");
+}
+
+void Engine::check_not_model_parallel(const std::string& what) const {
+  if (model_group_) {
+    throw std::logic_error(what + ": not supported yet for a tensor-parallel run (model-parallel group of " +
+                           std::to_string(model_group_->world_size()) +
+                           " ranks): each rank holds slices that would be written or read as whole parameters");
+  }
 }
 
 double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps); }
@@ -521,8 +547,15 @@ void Engine::update(StepReport& report) {
 
   // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
   // global norm non-finite on every rank, so all ranks agree on the overflow.
-  auto packed = torch::stack({stage_->local_grad_sq_norm().to(loss_sum_.device()), loss_sum_.to(torch::kFloat64)});
+  const auto local_sq = model_group_ ? stage_->local_grad_sq_norm_of(counted_in_norm_, comm_->rank())
+                                     : stage_->local_grad_sq_norm();
+  auto packed = torch::stack({local_sq.to(loss_sum_.device()), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
+  if (model_group_) {  // the slices' shares of ‖g‖² (the loss is the same on every model-parallel rank)
+    auto sq = packed.narrow(0, 0, 1).clone();
+    model_group_->all_reduce(sq, ReduceOp::kSum).wait();
+    packed.narrow(0, 0, 1).copy_(sq);
+  }
   const auto host = packed.to(torch::kCPU);  // one device sync for both numbers
   const double scaled_norm = std::sqrt(host.data_ptr<double>()[0]);
   report.loss = host.data_ptr<double>()[1] / (config_.batch.grad_accum * comm_->world_size());
@@ -592,6 +625,7 @@ void Engine::log_step(const StepReport& report) {
 }
 
 bool Engine::save_16bit_model(const std::string& path) {
+  check_not_model_parallel("save_16bit_model");
   if (stage_->stage() == 3 && !config_.zero.stage3_gather_16bit_weights_on_model_save) {
     log_("[deepspeed.cpp] save_16bit_model(" + path + ") did not save: under ZeRO-3 it needs "
          "zero_optimization.stage3_gather_16bit_weights_on_model_save: true");

@@ -94,6 +94,26 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   return reduce_from_model_parallel(out, group_);
 }
 
+std::set<std::string> tensor_parallel_params(torch::nn::Module& model) {
+  std::set<std::string> out;
+  auto add = [&](const std::string& prefix, const torch::Tensor& t, const char* name) {
+    if (t.defined() && t.requires_grad()) out.insert(prefix.empty() ? name : prefix + "." + name);
+  };
+  for (const auto& item : model.named_modules()) {
+    const std::string& prefix = item.key();
+    torch::nn::Module* m = item.value().get();
+    if (auto* column = dynamic_cast<ColumnParallelLinearImpl*>(m)) {
+      add(prefix, column->weight, "weight");
+      add(prefix, column->bias, "bias");
+    } else if (auto* row = dynamic_cast<RowParallelLinearImpl*>(m)) {
+      add(prefix, row->weight, "weight");
+    } else if (auto* embedding = dynamic_cast<VocabParallelEmbeddingImpl*>(m)) {
+      add(prefix, embedding->weight, "weight");
+    }
+  }
+  return out;
+}
+
 // Megatron's: the max, the target's logit and the sum of exponentials are each a local reduction over this rank's
 // columns followed by an all-reduce over the group. The max only shifts for stability (no gradient); the other two
 // go through reduce_from_model_parallel, whose identity backward gives each rank exactly its columns' share.

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,15 @@ struct InitOptions {
   // Parameter groups (DeepSpeed's and torch's param_groups): parameters with settings of their own; the others take
   // the optimizer section's. Each name a trainable parameter's, in one group at most.
   std::vector<OptimizerParamGroup> param_groups;
+  // Tensor parallelism (ParallelGroups::model; `comm` is then the data-parallel group, ZeRO's): the ranks that hold
+  // slices of one model and compute the same loss. The gradient norm clipping uses is the whole model's — each
+  // slice once, each parameter every slice holds whole (norms, row-parallel biases) once — and
+  // activation_partition_group defaults to it. Checkpoints of such a run are not supported yet (an error says so).
+  std::shared_ptr<Comm> model_parallel_group;
+  // The trainable parameters, by name, that are slices over model_parallel_group (tensor_parallel_params() of the
+  // model's ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding layers); the others are whole on every
+  // model-parallel rank.
+  std::set<std::string> model_parallel_params;
 };
 
 // What the last accumulation boundary did.
@@ -201,6 +211,7 @@ class Engine {
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
                               const nlohmann::json& client_state = nullptr,
                               const CheckpointSaveOptions& options = {}) {
+    check_not_model_parallel("save_checkpoint");
     return checkpointer_->save(save_dir, tag, client_state, options);
   }
 
@@ -215,6 +226,7 @@ class Engine {
   // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
                                    const CheckpointLoadOptions& options = {}) {
+    check_not_model_parallel("load_checkpoint");
     return checkpointer_->load(load_dir, tag, options);
   }
 
@@ -226,6 +238,7 @@ class Engine {
   // With `wanted`, only the parameters it names (by name) are set; the others keep their values.
   using WeightSource = Checkpointer::WeightSource;
   void load_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted = nullptr) {
+    check_not_model_parallel("load_weights");
     checkpointer_->load_weights(source, wanted);
   }
 
@@ -241,6 +254,10 @@ class Engine {
   // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
   void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
+  // InitOptions::model_parallel_group and _params: which gradients this rank counts in the norm.
+  void set_model_parallel(std::shared_ptr<Comm> group, const std::set<std::string>& sliced);
+  // Refuses what a tensor-parallel run cannot do yet, naming `what`.
+  void check_not_model_parallel(const std::string& what) const;
   // InitOptions::param_groups as ranges of this rank's master partition for the optimizer.
   void set_param_groups(const std::vector<OptimizerParamGroup>& groups);
   void log_step(const StepReport& report);
@@ -272,6 +289,11 @@ class Engine {
   FlopsProfile flops_profile_;
   std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
+  // Tensor parallelism (InitOptions::model_parallel_group; null without): and, per slot of the stage's layout,
+  // whether this rank counts that parameter's gradient in the norm (its slices on every model-parallel rank, whole
+  // parameters on model-parallel rank 0 only).
+  std::shared_ptr<Comm> model_group_;
+  std::vector<bool> counted_in_norm_;
 
   TrainingProgress progress_;
   int64_t optimizer_state_bytes_ = 0;

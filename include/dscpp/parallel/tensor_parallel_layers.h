@@ -16,6 +16,8 @@
 #include <torch/torch.h>
 
 #include <memory>
+#include <set>
+#include <string>
 
 #include "dscpp/comm/comm.h"
 
@@ -72,6 +74,11 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   int64_t vocab_begin_;
 };
 TORCH_MODULE(VocabParallelEmbedding);
+
+// The names (as model.named_parameters() gives them) of the trainable parameters of `model`'s tensor-parallel layers
+// that are slices: Column's weight and bias, Row's weight (its bias is whole), the embedding's table. What the
+// engine's InitOptions::model_parallel_params takes.
+std::set<std::string> tensor_parallel_params(torch::nn::Module& model);
 
 // Mean cross-entropy over N positions from logits split over the vocabulary — `logits` (N, V/p) are this rank's
 // columns [vocab_begin, vocab_begin + V/p), as a ColumnParallelLinear without gather_output or the transposed

@@ -104,6 +104,9 @@ class ZeroStage {
 
   // This rank's share of ‖g‖² (a 0-dim fp64 tensor): shares are disjoint across ranks and sum to the whole.
   virtual torch::Tensor local_grad_sq_norm() = 0;
+  // The same share counting only the parameters (slots of layout()) `counted` accepts: under tensor parallelism,
+  // the ones whose gradients other model-parallel ranks do not also hold. `rank` is this rank (in the stage's comm).
+  torch::Tensor local_grad_sq_norm_of(const std::vector<bool>& counted, int rank);
 
   // After the optimizer: bring every rank's compute-dtype parameters up to date from the master partitions.
   virtual void publish_params() = 0;

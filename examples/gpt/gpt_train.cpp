@@ -56,6 +56,7 @@ struct Args {
   bool zero_init = true;
   bool activation_checkpointing = false;
   double dropout = 0.0;
+  std::optional<int> tensor_parallel;  // fills tensor_parallel.autotp_size
   std::optional<double> peak_tflops;  // per rank; default: measured
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
@@ -85,6 +86,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--n_embd", a.n_embd, "override the preset's width");
   app.add_option("--n_head", a.n_head, "override the preset's head count");
   app.add_option("--dropout", a.dropout, "dropout after embeddings, on attention weights and residual branches");
+  app.add_option("--tensor_parallel", a.tensor_parallel,
+                 "slice each model replica over this many ranks (Megatron-style: heads, MLP width, vocabulary); "
+                 "fills tensor_parallel.autotp_size; the data-parallel size is world / this")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "keep only each block's input and recompute the block in backward (the config's "
                "activation_checkpointing section says where inputs are kept)");
@@ -140,6 +145,7 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, co
   dscpp::ConfigOptions options;
   options.world_size = world_size;
   options.auto_values = dscpp::AutoValues::from_hf_args(hf);
+  if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   auto parse = [&] {
     return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
                                       : dscpp::Config::from_file(a.deepspeed_config, options);
@@ -162,6 +168,25 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, co
     config = parse();
   }
   return config;
+}
+
+// The tensor-parallel size: --tensor_parallel, else the config file's tensor_parallel.autotp_size (read ahead of the
+// parse, which needs the data-parallel size this decides). A flag that contradicts the file is an error.
+int tensor_parallel_size(const Args& a) {
+  int from_file = 1;
+  if (!a.deepspeed_config.empty()) {
+    std::ifstream in(a.deepspeed_config);
+    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (json.is_object() && json.contains("tensor_parallel") && json["tensor_parallel"].is_object()) {
+      const auto& size = json["tensor_parallel"].value("autotp_size", nlohmann::json(1));
+      if (size.is_number_integer()) from_file = std::max(1, size.get<int>());
+    }
+  }
+  if (a.tensor_parallel && from_file > 1 && *a.tensor_parallel != from_file) {
+    throw std::invalid_argument("--tensor_parallel " + std::to_string(*a.tensor_parallel) + " contradicts " +
+                                a.deepspeed_config + "'s tensor_parallel.autotp_size " + std::to_string(from_file));
+  }
+  return a.tensor_parallel.value_or(from_file);
 }
 
 // A config without an "optimizer" section (an HF Trainer user's) gets the AdamW the HF Trainer would build from its
@@ -268,11 +293,36 @@ int run(const Args& a) {
     throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
                                 std::to_string(model_cfg.block_size) + "]");
   }
-  const auto config = load_config(a, world, model_cfg.n_embd, device, rank);
+  // The rank grid: tensor-parallel groups of adjacent ranks, data parallelism over the rest. The engine's comm is
+  // the data-parallel group; every rank of a model-parallel group reads the same rows.
+  const int tp = tensor_parallel_size(a);
+  const dscpp::ProcessTopology topology(world, /*pipe=*/1, tp);
+  if (tp > 1) {
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--save_dir", &a.save_dir},
+                                      {"--load_dir", &a.load_dir}, {"--init_from", &a.init_from},
+                                      {"--save_16bit", &a.save_16bit}}) {
+      if (!value->empty()) {
+        throw std::invalid_argument(std::string(flag) + " with tensor parallelism (" + std::to_string(tp) +
+                                    " ranks per model) is not supported yet: checkpoints of sliced models are not "
+                                    "written or read yet");
+      }
+    }
+  }
+  std::optional<dscpp::ParallelGroups> groups;
+  if (tp > 1) {
+    groups = dscpp::make_parallel_groups(dscpp::init_comm(env, dscpp::comm_backend_for(device, env.local_size)),
+                                         topology);
+  }
+  const int dp = topology.data(), dp_rank = groups ? groups->data->rank() : rank;
+  const auto config = load_config(a, dp, model_cfg.n_embd, device, rank);
 
   // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
   // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
   dscpp::InitOptions init;
+  if (groups) {
+    init.comm = groups->data;
+    init.model_parallel_group = groups->model;
+  }
   if (!config.optimizer) {
     init.client_optimizer = hf_trainer_adamw(a);
     if (rank == 0) {
@@ -283,13 +333,14 @@ int run(const Args& a) {
   }
   gpt::GptImpl::BlockBuilt block_built;
   if (config.zero.stage == 3 && a.zero_init) {
-    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, nullptr, device);  // shards on `device`
+    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, init.comm, device);  // shards on `device`
     block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
       zero_init->partition(block);
     };
   }
   torch::manual_seed(a.seed);
-  auto model = gpt::Gpt(model_cfg, block_built);
+  auto model = gpt::Gpt(model_cfg, block_built, groups ? groups->model : nullptr);
+  init.model_parallel_params = model->tensor_parallel_params();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
     for (auto& child : model->named_children()) {
@@ -331,18 +382,20 @@ int run(const Args& a) {
   sampling.seed = a.seed;
   const gpt::BatchSampler sampler(dataset, sampling);
   const auto& batch = config.batch;
-  const int64_t rank_rows = batch.train_batch_size / world;
+  const int64_t rank_rows = batch.train_batch_size / dp;
   if (rank == 0) {
     std::cerr << "[gpt-train] " << dataset->description() << "; model " << a.model << " (" << model_cfg.num_params()
               << " params, " << model_cfg.n_layer << " layers, " << model_cfg.n_embd << " wide), seq " << seq_len
               << "; global batch " << batch.train_batch_size << " = micro " << batch.micro_batch << " × accum "
-              << batch.grad_accum << " × world " << world << "; " << dscpp::to_string(config.compute_dtype())
-              << "; ZeRO stage " << config.zero.stage << std::endl;
+              << batch.grad_accum << " × data parallel " << dp << "; " << dscpp::to_string(config.compute_dtype())
+              << "; ZeRO stage " << config.zero.stage;
+    if (tp > 1) std::cerr << "; tensor parallel " << tp << " (world " << world << ")";
+    std::cerr << std::endl;
   }
 
   // MFU: the model's training FLOPs per rank and step (3 × the forward's matrix products; recomputation is not
   // model work) per second, over the rank's peak. The peak is measured once, after training, unless given.
-  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows;
+  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / tp;
   double flops_per_s_sum = 0;
   int64_t timed_steps = 0;
 
@@ -351,7 +404,7 @@ int run(const Args& a) {
   for (int64_t step = engine->global_steps(); step < a.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
-      const auto rows = sampler.rows(step, batch.train_batch_size, rank * rank_rows + micro * batch.micro_batch,
+      const auto rows = sampler.rows(step, batch.train_batch_size, dp_rank * rank_rows + micro * batch.micro_batch,
                                      batch.micro_batch);
       auto loss = engine->forward([&] { return model->loss(rows.inputs.to(device), rows.targets.to(device)); });
       engine->backward(loss);

@@ -136,16 +136,15 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
                            "curriculum_learning", "autotuning", "nebula", "eigenvalue", "progressive_layer_drop",
                            "quantize_training", "hybrid_engine", "compile", "weight_quantization", "comet",
                            "torch_autocast"});
-  // Two DeepSpeed switches without an "enabled" key: sparse attention is on once its section is there, automatic
-  // tensor parallelism once autotp_size > 1.
+  // A DeepSpeed switch without an "enabled" key: sparse attention is on once its section is there.
   if (root.has("sparse_attention")) {
     throw ConfigError("sparse_attention: DeepSpeed switches sparse attention on by the section's presence; it is not "
                       "supported yet by deepspeed.cpp; remove the section");
   }
   if (root.has("tensor_parallel")) {
     JsonReader tp = root.section("tensor_parallel");
-    tp.require(tp.get_int("autotp_size", 0, 0) <= 1, "autotp_size",
-               "0 or 1: tensor parallelism is not supported yet by deepspeed.cpp");
+    const int64_t size = tp.get_int("autotp_size", 0, 0);
+    config.tensor_parallel_size = static_cast<int>(std::max<int64_t>(size, 1));
     tp.accept({"preset_model", "tp_overlap_comm", "partition_config", "dtype", "tp", "injection_policy_tuple",
                "keep_module_on_host", "kernel_inject"});
     tp.finish();

@@ -249,6 +249,15 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
   if (config_.memory_breakdown) CpuMemoryTracker::install();
+  if (const int tp = config_.tensor_parallel_size; tp > 1) {
+    const int given = options.model_parallel_group ? options.model_parallel_group->world_size() : 1;
+    if (given != tp) {
+      throw ConfigError("tensor_parallel.autotp_size: " + std::to_string(tp) + ", but the model-parallel group given "
+                        "has " + std::to_string(given) + " rank(s). deepspeed.cpp slices no model by itself: build the "
+                        "model tensor parallel (dscpp/parallel's layers) over a group of " + std::to_string(tp) +
+                        " ranks and pass it as InitOptions::model_parallel_group, as gpt-train --tensor_parallel does");
+    }
+  }
   if (options.model_parallel_group) set_model_parallel(options.model_parallel_group, options.model_parallel_params);
   if (!options.activation_partition_group && model_group_) options.activation_partition_group = model_group_;
   checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,

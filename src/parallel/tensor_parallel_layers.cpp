@@ -2,6 +2,7 @@
 // generator calls, same values) and keeps its slice.
 #include "dscpp/parallel/tensor_parallel_layers.h"
 
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -22,6 +23,27 @@ int64_t share_of(int64_t n, const std::shared_ptr<Comm>& group, const std::strin
 
 }  // namespace
 
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     const std::shared_ptr<Comm>& group) {
+  return torch::linear(copy_to_model_parallel(x, group), weight, bias);
+}
+
+torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const std::shared_ptr<Comm>& group) {
+  if (group->world_size() == 1) return torch::linear(x, weight, bias);
+  auto y = reduce_from_model_parallel(torch::linear(x, weight), group);  // the bias once, after the sum
+  return bias.defined() ? y + bias : y;
+}
+
+torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Tensor& weight, int64_t vocab_begin,
+                                       const std::shared_ptr<Comm>& group) {
+  if (group->world_size() == 1) return torch::embedding(weight, ids);
+  const auto outside = (ids < vocab_begin) | (ids >= vocab_begin + weight.size(0));
+  auto local = (ids - vocab_begin).masked_fill(outside, 0);
+  auto out = torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  return reduce_from_model_parallel(out, group);
+}
+
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in_features, int64_t out_features,
                                                    std::shared_ptr<Comm> group, bool bias, bool gather_output)
     : group_(std::move(group)), gather_output_(gather_output) {
@@ -41,7 +63,7 @@ void ColumnParallelLinearImpl::set_from_whole(const torch::Tensor& w, const torc
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto y = torch::nn::functional::linear(copy_to_model_parallel(x, group_), weight, bias);
+  auto y = column_parallel_linear(x, weight, bias, group_);
   return gather_output_ ? gather_from_model_parallel(y, group_) : y;
 }
 
@@ -64,9 +86,7 @@ void RowParallelLinearImpl::set_from_whole(const torch::Tensor& w, const torch::
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto part = input_is_parallel_ ? x : scatter_to_model_parallel(x, group_);
-  auto y = reduce_from_model_parallel(torch::nn::functional::linear(part, weight), group_);
-  return bias.defined() ? y + bias : y;
+  return row_parallel_linear(input_is_parallel_ ? x : scatter_to_model_parallel(x, group_), weight, bias, group_);
 }
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t num_embeddings, int64_t embedding_dim,
@@ -86,12 +106,7 @@ void VocabParallelEmbeddingImpl::set_from_whole(const torch::Tensor& w) {
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
-  if (group_->world_size() == 1) return torch::embedding(weight, ids);
-  const int64_t rows = weight.size(0);
-  const auto outside = (ids < vocab_begin_) | (ids >= vocab_begin_ + rows);
-  auto local = (ids - vocab_begin_).masked_fill(outside, 0);
-  auto out = torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
-  return reduce_from_model_parallel(out, group_);
+  return vocab_parallel_embedding(ids, weight, vocab_begin_, group_);
 }
 
 std::set<std::string> tensor_parallel_params(torch::nn::Module& model) {
@@ -118,12 +133,16 @@ std::set<std::string> tensor_parallel_params(torch::nn::Module& model) {
 // columns followed by an all-reduce over the group. The max only shifts for stability (no gradient); the other two
 // go through reduce_from_model_parallel, whose identity backward gives each rank exactly its columns' share.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
-                                           const std::shared_ptr<Comm>& group) {
+                                           const std::shared_ptr<Comm>& group, int64_t vocab_size) {
   if (logits.dim() != 2 || targets.dim() != 1 || targets.size(0) != logits.size(0)) {
     throw std::invalid_argument("vocab_parallel_cross_entropy: logits must be (N, V/p) and targets (N)");
   }
   auto x = logits.to(torch::kFloat);
   const int64_t columns = x.size(1), begin = group->rank() * columns;
+  if (vocab_size > 0 && vocab_size < begin + columns) {  // padding columns: no probability
+    const auto padding = torch::arange(begin, begin + columns, targets.options()) >= vocab_size;
+    x = x.masked_fill(padding, -std::numeric_limits<float>::infinity());
+  }
   auto max = std::get<0>(x.detach().max(1, /*keepdim=*/true)).contiguous();
   if (group->world_size() > 1) group->all_reduce(max, ReduceOp::kMax).wait();
   auto shifted = x - max;

@@ -276,6 +276,8 @@ std::vector<Row> table() {
        [](const Config& c) { return c.activation_checkpointing.synchronize_checkpoint_boundary; }},
       {"activation_checkpointing.profile", true, K::kActs, "ActivationCheckpointing.*",
        [](const Config& c) { return c.activation_checkpointing.profile; }},
+      {"tensor_parallel.autotp_size", 2, K::kActs, "TensorParallel.*",
+       [](const Config& c) { return c.tensor_parallel_size == 2; }},
       // Checkpoints (SPEC §3.9).
       {"checkpoint.tag_validation", "Fail", K::kActs, "untested: the save compares every rank's tag (checkpointer.cpp)",
        [](const Config& c) { return c.checkpoint.tag_validation == "Fail"; }},
@@ -286,7 +288,6 @@ std::vector<Row> table() {
       {"checkpoint_parallel_write_pipeline", true, K::kHarmless, "pipeline-parallel write ordering; no pipeline here"},
       // Features of other DeepSpeed engines: refused once switched on.
       {"sparse_attention", nlohmann::json{{"mode", "fixed"}}, K::kRefused, "sparse_attention"},
-      {"tensor_parallel", nlohmann::json{{"autotp_size", 2}}, K::kRefused, "tensor_parallel.autotp_size"},
       {"compression_training",
        nlohmann::json{{"weight_quantization", {{"shared_parameters", {{"enabled", true}}}}}}, K::kRefused,
        "compression_training: this DeepSpeed feature is not supported yet"},

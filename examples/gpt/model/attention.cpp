@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "dscpp/compat/torch_compat.h"
-#include "model/linear.h"
+#include "dscpp/parallel/tensor_parallel_layers.h"
 
 namespace gpt {
 
@@ -24,21 +24,36 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(weights, v);  // (B, nh, T, hs)
 }
 
-CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config)
-    : n_head_(config.n_head), dropout_(config.dropout) {
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group)
+    : n_head_(config.n_head),
+      dropout_(config.dropout),
+      group_(group ? std::move(group) : dscpp::make_single_process_comm()) {
   c_attn = register_module("c_attn", torch::nn::Linear(config.n_embd, 3 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(config.n_embd, config.n_embd));
 }
 
+void CausalSelfAttentionImpl::keep_own_heads() {
+  const int p = group_->world_size(), r = group_->rank();
+  if (p == 1) return;
+  const int64_t C = c_proj->weight.size(0);
+  torch::NoGradGuard no_grad;
+  // c_attn's rows are [q; k; v], C each: rank r keeps rows [r·C/p, (r+1)·C/p) of each.
+  c_attn->weight.set_data(c_attn->weight.view({3, C, C}).chunk(p, 1)[r].reshape({3 * C / p, C}).clone());
+  c_attn->bias.set_data(c_attn->bias.view({3, C}).chunk(p, 1)[r].reshape({3 * C / p}).clone());
+  c_proj->weight.set_data(c_proj->weight.chunk(p, 1)[r].clone());
+}
+
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  const auto qkv = linear(c_attn, x).split(C, /*dim=*/2);  // 3 × (B, T, C)
+  const int64_t B = x.size(0), T = x.size(1);
+  const int64_t C = c_attn->weight.size(0) / 3, heads = n_head_ / group_->world_size();  // this rank's share
+  const auto qkv = dscpp::column_parallel_linear(x, c_attn->weight, c_attn->bias, group_).split(C, /*dim=*/2);
   const auto to_heads = [&](const torch::Tensor& t) {
-    return t.view({B, T, n_head_, C / n_head_}).transpose(1, 2);  // (B, nh, T, hs)
+    return t.view({B, T, heads, C / heads}).transpose(1, 2);  // (B, nh, T, hs)
   };
   const double p = is_training() ? dropout_ : 0.0;
   const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p);
-  auto out = linear(c_proj, y.transpose(1, 2).contiguous().view({B, T, C}));
+  auto out = dscpp::row_parallel_linear(y.transpose(1, 2).contiguous().view({B, T, C}), c_proj->weight, c_proj->bias,
+                                        group_);
   return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
 }
 

@@ -3,6 +3,9 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+
+#include "dscpp/comm/comm.h"
 #include "model/gpt_config.h"
 
 namespace gpt {
@@ -12,19 +15,25 @@ namespace gpt {
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout_p = 0.0);
 
+// Tensor parallel over `group` (p ranks; a group of one is the whole layer): rank r holds heads [r·nh/p, (r+1)·nh/p)
+// — rows of q, k and v each in c_attn (Megatron's column-parallel projection), the matching columns of c_proj
+// (row-parallel, its bias whole) — and the two projections communicate once each way.
 class CausalSelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit CausalSelfAttentionImpl(const GptConfig& config);
+  explicit CausalSelfAttentionImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group = nullptr);
 
   // x: (B, T, C) → (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
+  // Keeps this rank's heads of the whole, initialised weights (called once, right after initialisation).
+  void keep_own_heads();
 
-  torch::nn::Linear c_attn{nullptr};  // (3C, C) weight: q, k, v stacked along the output dim
-  torch::nn::Linear c_proj{nullptr};  // (C, C)
+  torch::nn::Linear c_attn{nullptr};  // (3C/p, C) weight: this rank's q, k, v rows stacked along the output dim
+  torch::nn::Linear c_proj{nullptr};  // (C, C/p)
 
  private:
   int64_t n_head_;
   double dropout_;
+  std::shared_ptr<dscpp::Comm> group_;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -3,12 +3,12 @@
 
 namespace gpt {
 
-BlockImpl::BlockImpl(const GptConfig& config) {
+BlockImpl::BlockImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group) {
   const auto norm = torch::nn::LayerNormOptions({config.n_embd}).eps(config.layer_norm_eps);
   ln_1 = register_module("ln_1", torch::nn::LayerNorm(norm));
-  attn = register_module("attn", CausalSelfAttention(config));
+  attn = register_module("attn", CausalSelfAttention(config, group));
   ln_2 = register_module("ln_2", torch::nn::LayerNorm(norm));
-  mlp = register_module("mlp", Mlp(config));
+  mlp = register_module("mlp", Mlp(config, group));
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x) {

@@ -12,7 +12,8 @@ namespace gpt {
 
 class BlockImpl : public torch::nn::Module {
  public:
-  explicit BlockImpl(const GptConfig& config);
+  // `group`: the tensor-parallel group the attention and MLP are sliced over (null: whole).
+  explicit BlockImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group = nullptr);
 
   // x: (B, T, C) → (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);

@@ -1,6 +1,9 @@
 // Gpt: embeddings → blocks → ln_f → tied head, plus GPT-2's weight initialization.
 #include "model/gpt.h"
 
+#include "dscpp/parallel/tensor_parallel_layers.h"
+#include "dscpp/parallel/tensor_parallel_ops.h"
+
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -38,22 +41,50 @@ void init_gpt2(torch::nn::Module& module, int64_t n_layer) {
   }
 }
 
+// Tensor parallelism slices what it must divide: the heads, the MLP's width and the vocabulary.
+void check_divides(const GptConfig& c, int p) {
+  if (p == 1) return;
+  auto require = [p](int64_t n, const std::string& what, const std::string& flag) {
+    if (n % p != 0) {
+      throw std::invalid_argument("gpt: " + what + " " + std::to_string(n) + " does not divide over the tensor-parallel "
+                                  "size " + std::to_string(p) + " (" + flag + ")");
+    }
+  };
+  require(c.n_head, "n_head", "each rank computes n_head/p heads; --n_head");
+  require(4 * c.n_embd, "the MLP width 4·n_embd", "--n_embd");
+  require(c.vocab_size, "vocab_size",
+          "each rank holds vocab_size/p rows of the tied embedding; pad the vocabulary to a multiple of p");
+  if (c.dropout > 0) {
+    throw std::invalid_argument("gpt: dropout " + std::to_string(c.dropout) + " with tensor parallelism is not "
+                                "supported yet (the model-parallel random state is not built); use --dropout 0");
+  }
+}
+
 }  // namespace
 
-GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built) : config_(std::move(config)) {
+GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built, std::shared_ptr<dscpp::Comm> model_group)
+    : config_(std::move(config)), group_(model_group ? std::move(model_group) : dscpp::make_single_process_comm()) {
   config_.validate();
+  check_divides(config_, group_->world_size());
+  const int p = group_->world_size(), r = group_->rank();
   // Registration order is HF's order, which is the order named_parameters() lists. Each module draws its values
   // from the global generator right after it is built, so a partitioned build (which frees each block before the
   // next exists) consumes the generator exactly as a whole build does.
   wte = register_module("wte", torch::nn::Embedding(config_.vocab_size, config_.n_embd));
   init_gpt2(*wte, config_.n_layer);
+  if (p > 1) {
+    torch::NoGradGuard no_grad;
+    wte->weight.set_data(wte->weight.chunk(p, 0)[r].clone());
+  }
   wpe = register_module("wpe", torch::nn::Embedding(config_.block_size, config_.n_embd));
   init_gpt2(*wpe, config_.n_layer);
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    blocks_.push_back(Block(config_));
+    blocks_.push_back(Block(config_, group_));
     h->push_back(blocks_.back());
     init_gpt2(*blocks_.back(), config_.n_layer);
+    blocks_.back()->attn->keep_own_heads();
+    blocks_.back()->mlp->keep_own_slices();
     if (block_built) block_built(blocks_.back().ptr());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(
@@ -72,18 +103,32 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
                                 std::to_string(config_.block_size) + "; lower --seq_len");
   }
   const auto positions = torch::arange(T, idx.options());  // (T), broadcast over the batch
-  auto x = wte->forward(idx) + wpe->forward(positions);
+  const int64_t vocab_begin = group_->rank() * wte->weight.size(0);
+  auto x = dscpp::vocab_parallel_embedding(idx, wte->weight, vocab_begin, group_) + wpe->forward(positions);
   return config_.dropout > 0 && is_training() ? torch::dropout(x, config_.dropout, /*train=*/true) : x;
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& x) {
-  return torch::linear(ln_f->forward(x), wte->weight);  // no bias: one matmul either way
+  return dscpp::column_parallel_linear(ln_f->forward(x), wte->weight, torch::Tensor(), group_);  // no bias
 }
 
 torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   auto x = embed(idx);
   for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
-  return head(x);
+  return dscpp::gather_from_model_parallel(head(x), group_);
+}
+
+std::set<std::string> GptImpl::tensor_parallel_params() const {
+  if (group_->world_size() == 1) return {};
+  std::set<std::string> out{"wte.weight"};
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    const std::string block = "h." + std::to_string(i) + ".";
+    for (const char* name : {"attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "mlp.c_fc.weight",
+                             "mlp.c_fc.bias", "mlp.c_proj.weight"}) {
+      out.insert(block + name);
+    }
+  }
+  return out;
 }
 
 torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targets) {
@@ -91,8 +136,15 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     throw std::invalid_argument("Gpt::loss: targets shape " + shape_of(targets) + " must equal idx shape " +
                                 shape_of(idx));
   }
-  auto logits = forward(idx);
   const int64_t vocab = config_.data_vocab_size > 0 ? config_.data_vocab_size : config_.vocab_size;
+  if (group_->world_size() > 1) {  // this rank's columns of the logits only
+    auto x = embed(idx);
+    for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
+    auto local = head(x);
+    return dscpp::vocab_parallel_cross_entropy(local.reshape({-1, local.size(-1)}), targets.reshape({-1}), group_,
+                                               vocab);
+  }
+  auto logits = forward(idx);
   if (vocab != config_.vocab_size) logits = logits.narrow(-1, 0, vocab);  // padding rows: no probability (llm.c)
   // fp32 log-softmax: bf16/fp16 logits lose too much precision over a 50k vocabulary.
   return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets.reshape({-1}));

@@ -10,13 +10,25 @@
 // Note for a weight loader: HF stores c_attn/c_proj/c_fc as Conv1D with weight (in, out) — the TRANSPOSE of our
 // torch::nn::Linear (out, in) — so those four weights must be transposed on load; embeddings, LayerNorms and all
 // biases copy as they are.
+//
+// Tensor parallel (Megatron's layout, `model_group` of p ranks): each rank holds, under the same names, the rows
+// [r·V/p, (r+1)·V/p) of wte (a vocabulary-parallel embedding and head), its nh/p heads of every attention and its
+// 4C/p slice of every MLP; LayerNorms, wpe and the row-parallel biases are whole on every rank. The model is drawn
+// whole and then sliced, so its values are the same at every p; loss() never forms the whole logits.
+// The linear layers go through dscpp::column/row_parallel_linear, which call torch::linear: one addmm, so x·Wᵀ + b
+// is rounded once in bf16 as PyTorch's F.linear and HF's Conv1D round it (LibTorch 1.13's C++ Linear::forward
+// rounds twice on inputs of more than two dimensions).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
+#include "dscpp/comm/comm.h"
 #include "model/block.h"
 #include "model/gpt_config.h"
 
@@ -33,9 +45,13 @@ class GptImpl : public torch::nn::Module {
   // Linear/Embedding weights ~ N(0, 0.02), residual output projections (c_proj) ~ N(0, 0.02/√(2·n_layer)),
   // biases 0, LayerNorm weight 1 / bias 0. Dropout as config.dropout says. Each module is initialised right after it is built, in
   // registration order, so the values are the same whether or not `block_built` is given.
-  explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {});
+  // `model_group`: the tensor-parallel group (null: the whole model on this rank). std::invalid_argument naming the
+  // numbers when heads, 4·n_embd or vocab_size do not divide over it, or with dropout (not supported sliced yet).
+  explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {},
+                   std::shared_ptr<dscpp::Comm> model_group = nullptr);
 
-  // idx: (B, T) int64 token ids, T ≤ block_size → logits (B, T, V) in the parameters' dtype.
+  // idx: (B, T) int64 token ids, T ≤ block_size → logits (B, T, V) in the parameters' dtype (tensor parallel: gathered
+  // from the ranks).
   torch::Tensor forward(const torch::Tensor& idx);
 
   // Mean cross-entropy of next-token prediction over all B·T positions; computed in fp32 whatever the
@@ -45,7 +61,7 @@ class GptImpl : public torch::nn::Module {
   // forward() = head(h[L-1](… h[0](embed(idx)))). Exposed so a wrapper (ZeRO-3) can run the blocks itself,
   // gathering each block's parameters just before its call.
   torch::Tensor embed(const torch::Tensor& idx);  // (B, T) → token + position embeddings (B, T, C)
-  torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V)
+  torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V/p): this rank's columns
   const std::vector<Block>& blocks() const { return blocks_; }
 
   // How forward() calls each block: `run(block, x)` must return block->forward(x). The default calls it directly;
@@ -55,6 +71,10 @@ class GptImpl : public torch::nn::Module {
   void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 
   const GptConfig& config() const { return config_; }
+  const std::shared_ptr<dscpp::Comm>& model_group() const { return group_; }
+  // The names of the trainable parameters that are slices over model_group (the engine's
+  // InitOptions::model_parallel_params); empty when the model is whole.
+  std::set<std::string> tensor_parallel_params() const;
 
   torch::nn::Embedding wte{nullptr};  // (V, C), also the LM head
   torch::nn::Embedding wpe{nullptr};  // (block_size, C)
@@ -63,6 +83,7 @@ class GptImpl : public torch::nn::Module {
 
  private:
   GptConfig config_;
+  std::shared_ptr<dscpp::Comm> group_;  // tensor-parallel group (a single-process comm: whole)
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;
 };

@@ -1,17 +1,28 @@
 // GPT-2 MLP. GPT-2 was trained with the tanh approximation of GELU ("gelu_new" in HF), so loaded weights need it.
 #include "model/mlp.h"
 
-#include "model/linear.h"
+#include "dscpp/parallel/tensor_parallel_layers.h"
 
 namespace gpt {
 
-MlpImpl::MlpImpl(const GptConfig& config) : dropout_(config.dropout) {
+MlpImpl::MlpImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group)
+    : dropout_(config.dropout), group_(group ? std::move(group) : dscpp::make_single_process_comm()) {
   c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
   c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
 }
 
+void MlpImpl::keep_own_slices() {
+  const int p = group_->world_size(), r = group_->rank();
+  if (p == 1) return;
+  torch::NoGradGuard no_grad;
+  c_fc->weight.set_data(c_fc->weight.chunk(p, 0)[r].clone());
+  c_fc->bias.set_data(c_fc->bias.chunk(p, 0)[r].clone());
+  c_proj->weight.set_data(c_proj->weight.chunk(p, 1)[r].clone());
+}
+
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto y = linear(c_proj, torch::gelu(linear(c_fc, x), "tanh"));
+  auto h = torch::gelu(dscpp::column_parallel_linear(x, c_fc->weight, c_fc->bias, group_), "tanh");
+  auto y = dscpp::row_parallel_linear(h, c_proj->weight, c_proj->bias, group_);
   return dropout_ > 0 && is_training() ? torch::dropout(y, dropout_, /*train=*/true) : y;
 }
 

@@ -3,22 +3,30 @@
 
 #include <torch/torch.h>
 
+#include <memory>
+
+#include "dscpp/comm/comm.h"
 #include "model/gpt_config.h"
 
 namespace gpt {
 
+// Tensor parallel over `group` (p ranks): rank r holds rows [r·4C/p, (r+1)·4C/p) of c_fc (column-parallel) and the
+// matching columns of c_proj (row-parallel, its bias whole).
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const GptConfig& config);
+  explicit MlpImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group = nullptr);
 
   // x: (B, T, C) → (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
+  // Keeps this rank's slices of the whole, initialised weights (called once, right after initialisation).
+  void keep_own_slices();
 
-  torch::nn::Linear c_fc{nullptr};    // (4C, C)
-  torch::nn::Linear c_proj{nullptr};  // (C, 4C)
+  torch::nn::Linear c_fc{nullptr};    // (4C/p, C)
+  torch::nn::Linear c_proj{nullptr};  // (C, 4C/p)
 
  private:
   double dropout_;
+  std::shared_ptr<dscpp::Comm> group_;
 };
 TORCH_MODULE(Mlp);
 

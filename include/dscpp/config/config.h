@@ -164,6 +164,9 @@ struct Config {
   FlopsProfilerConfig flops_profiler;
   CommsLoggerConfig comms_logger;
   CheckpointConfig checkpoint;
+  // "tensor_parallel.autotp_size" (0 and 1: none): the ranks each replica of the model is sliced over. The engine
+  // does not slice a model itself: the program builds it sliced over InitOptions::model_parallel_group, of this size.
+  int tensor_parallel_size = 1;
 
   // The compute (model) dtype: fp16, bf16 or fp32.
   DType compute_dtype() const;

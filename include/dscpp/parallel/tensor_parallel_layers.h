@@ -23,6 +23,18 @@
 
 namespace dscpp {
 
+// The layers' forwards over tensors a model holds itself (a model that keeps its own parameter names and slices
+// them, as the GPT example does): `weight` and `bias` are this rank's slices as the layers below hold them.
+// x·Wᵀ + b for W split by output rows: this rank's output columns (x is whole on every rank).
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     const std::shared_ptr<Comm>& group);
+// x·Wᵀ + b for W split by input columns, x this rank's columns of the input: the whole output (b whole, or undefined).
+torch::Tensor row_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                  const std::shared_ptr<Comm>& group);
+// Rows [vocab_begin, vocab_begin + weight.size(0)) of an embedding table on this rank: the whole lookup.
+torch::Tensor vocab_parallel_embedding(const torch::Tensor& ids, const torch::Tensor& weight, int64_t vocab_begin,
+                                       const std::shared_ptr<Comm>& group);
+
 class ColumnParallelLinearImpl : public torch::nn::Module {
  public:
   // std::invalid_argument naming the numbers when out_features does not divide over the group.
@@ -84,8 +96,9 @@ std::set<std::string> tensor_parallel_params(torch::nn::Module& model);
 // columns [vocab_begin, vocab_begin + V/p), as a ColumnParallelLinear without gather_output or the transposed
 // VocabParallelEmbedding leave them — without any rank holding (N, V). `targets` (N) int64 are whole-vocabulary
 // ids. Computed in fp32; the same loss on every rank of the group, whose backward gives each rank its columns'
-// gradient (softmax − one-hot).
+// gradient (softmax − one-hot). `vocab_size` (when > 0) is the vocabulary the targets use: the columns past it are
+// padding (a vocabulary rounded up to divide over the ranks) and get no probability.
 torch::Tensor vocab_parallel_cross_entropy(const torch::Tensor& logits, const torch::Tensor& targets,
-                                           const std::shared_ptr<Comm>& group);
+                                           const std::shared_ptr<Comm>& group, int64_t vocab_size = 0);
 
 }  // namespace dscpp

@@ -10,9 +10,12 @@
 namespace gpt {
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout_p) {
+                               double dropout_p, int head_parts, int head_part) {
   // LibTorch 2.x's fused kernel computes the same math as the lines below.
-  if (auto fused = dscpp::compat::fused_causal_attention(q, k, v, dropout_p)) return *fused;
+  const bool sliced_dropout = dropout_p > 0 && head_parts > 1;
+  if (!sliced_dropout) {
+    if (auto fused = dscpp::compat::fused_causal_attention(q, k, v, dropout_p)) return *fused;
+  }
   const int64_t T = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, nh, T, T)
@@ -20,7 +23,16 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   auto weights = torch::softmax(scores, -1);
-  if (dropout_p > 0) weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  if (sliced_dropout) {
+    // What torch::dropout does to the whole (B, nh, T, T) weights — a Bernoulli(1 - p) draw of their shape, scaled
+    // by 1 / (1 - p) — with this part's heads kept.
+    auto sizes = weights.sizes().vec();
+    sizes[1] *= head_parts;
+    auto keep = torch::empty(sizes, weights.options()).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
+    weights = weights * keep.chunk(head_parts, 1)[head_part];
+  } else if (dropout_p > 0) {
+    weights = torch::dropout(weights, dropout_p, /*train=*/true);
+  }
   return torch::matmul(weights, v);  // (B, nh, T, hs)
 }
 
@@ -51,7 +63,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     return t.view({B, T, heads, C / heads}).transpose(1, 2);  // (B, nh, T, hs)
   };
   const double p = is_training() ? dropout_ : 0.0;
-  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p);
+  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p, group_->world_size(),
+                                  group_->rank());
   auto out = dscpp::row_parallel_linear(y.transpose(1, 2).contiguous().view({B, T, C}), c_proj->weight, c_proj->bias,
                                         group_);
   return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;

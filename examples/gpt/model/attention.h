@@ -12,8 +12,11 @@ namespace gpt {
 
 // dropout(softmax(q·kᵀ/√d + causal mask), dropout_p)·v for (B, nh, T, hs) tensors. The one place a LibTorch 2.x
 // build swaps in at::scaled_dot_product_attention (1.13's C++ API has no fused kernel).
+// The heads may be part `head_part` of `head_parts` of a tensor-parallel attention: its dropout then draws the mask
+// of every head, as the whole model's dropout would from the same generator state, and keeps its own heads' — so
+// each rank drops what a single process drops, and every rank's generator stays in step with the others'.
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               double dropout_p = 0.0);
+                               double dropout_p = 0.0, int head_parts = 1, int head_part = 0);
 
 // Tensor parallel over `group` (p ranks; a group of one is the whole layer): rank r holds heads [r·nh/p, (r+1)·nh/p)
 // — rows of q, k and v each in c_attn (Megatron's column-parallel projection), the matching columns of c_proj

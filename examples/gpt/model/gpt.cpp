@@ -54,10 +54,6 @@ void check_divides(const GptConfig& c, int p) {
   require(4 * c.n_embd, "the MLP width 4·n_embd", "--n_embd");
   require(c.vocab_size, "vocab_size",
           "each rank holds vocab_size/p rows of the tied embedding; pad the vocabulary to a multiple of p");
-  if (c.dropout > 0) {
-    throw std::invalid_argument("gpt: dropout " + std::to_string(c.dropout) + " with tensor parallelism is not "
-                                "supported yet (the model-parallel random state is not built); use --dropout 0");
-  }
 }
 
 }  // namespace

@@ -14,7 +14,11 @@
 // Tensor parallel (Megatron's layout, `model_group` of p ranks): each rank holds, under the same names, the rows
 // [r·V/p, (r+1)·V/p) of wte (a vocabulary-parallel embedding and head), its nh/p heads of every attention and its
 // 4C/p slice of every MLP; LayerNorms, wpe and the row-parallel biases are whole on every rank. The model is drawn
-// whole and then sliced, so its values are the same at every p; loss() never forms the whole logits.
+// whole and then sliced, so its values are the same at every p; loss() never forms the whole logits. Dropout draws
+// what a single process draws: the residual and embedding dropouts act on activations every model-parallel rank
+// holds whole, from generators in the same state, and the attention dropout draws every head's mask and keeps its
+// own (causal_attention); so the generators of a model's ranks stay in step and a sliced run drops what one
+// process drops (the unfused attention; LibTorch 2.x's fused kernel draws its own way for the whole model).
 // The linear layers go through dscpp::column/row_parallel_linear, which call torch::linear: one addmm, so x·Wᵀ + b
 // is rounded once in bf16 as PyTorch's F.linear and HF's Conv1D round it (LibTorch 1.13's C++ Linear::forward
 // rounds twice on inputs of more than two dimensions).
@@ -46,7 +50,7 @@ class GptImpl : public torch::nn::Module {
   // biases 0, LayerNorm weight 1 / bias 0. Dropout as config.dropout says. Each module is initialised right after it is built, in
   // registration order, so the values are the same whether or not `block_built` is given.
   // `model_group`: the tensor-parallel group (null: the whole model on this rank). std::invalid_argument naming the
-  // numbers when heads, 4·n_embd or vocab_size do not divide over it, or with dropout (not supported sliced yet).
+  // numbers when heads, 4·n_embd or vocab_size do not divide over it.
   explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {},
                    std::shared_ptr<dscpp::Comm> model_group = nullptr);
 

@@ -140,6 +140,22 @@ TEST(PlanCli, ModelPresetGivesTheParameterCount) {
   EXPECT_NE(plan(path + " --model gpt2 --params 1B").code, 0);  // one or the other
 }
 
+// tensor_parallel.autotp_size: the grid the run forms (world = tp × data parallel, model fastest) and the
+// parameters one rank holds (tiny: 842,496 in all, of which wpe, the LayerNorms and the row-parallel biases, 19,712,
+// are whole on every rank: 19,712 + 822,784 / 2).
+TEST(PlanCli, TensorParallelShowsTheGridAndTheSlicesPerRank) {
+  const std::string path = write_config("tp.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                     {"zero_optimization", {{"stage", 1}}},
+                                                     {"tensor_parallel", {{"autotp_size", 2}}}});
+  const PlanRun r = plan(path + " --model tiny --world_size 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("grid: 4 ranks = tensor parallel 2 x data parallel 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 2: pipe 0, data 1, model 0\nrank 3: pipe 0, data 1, model 1\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("tensor parallel 2: 431104 params per rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("model-state memory per rank (Adam, 431104 params"), std::string::npos) << r.out;
+}
+
 TEST(PlanCli, Fp16AndBf16Rejected) {
   std::string path = write_config("both.json", {{"train_batch_size", 8}, {"fp16", {{"enabled", true}}},
                                                 {"bf16", {{"enabled", true}}}});

@@ -13,6 +13,7 @@
 
 #include "../common/multiprocess.h"
 #include "dscpp/dscpp.h"
+#include "model/gpt.h"
 
 namespace dscpp::testing {
 namespace {
@@ -190,6 +191,18 @@ void compare_training(const ParallelGroups& groups, int stage) {
   }
 }
 
+// The GPT sliced over the group holds GptConfig::num_params_per_rank parameters (what `dscpp plan` prints).
+void check_gpt_slices(const std::shared_ptr<Comm>& group) {
+  auto config = gpt::GptConfig::preset("tiny", 256);
+  gpt::Gpt model(config, gpt::GptImpl::BlockBuilt{}, group);
+  int64_t held = 0;
+  for (const auto& p : model->parameters()) held += p.numel();
+  if (held != config.num_params_per_rank(group->world_size())) {
+    throw std::runtime_error("the sliced GPT holds " + std::to_string(held) + " parameters, num_params_per_rank " +
+                             std::to_string(config.num_params_per_rank(group->world_size())));
+  }
+}
+
 int worker(const std::string& scenario) {
   if (scenario == "engine") {
     auto world = init_comm(DistEnv::from_env(), CommBackend::kGloo);
@@ -202,6 +215,7 @@ int worker(const std::string& scenario) {
   const int tp = scenario == "tp2dp2" ? 2 : world->world_size();
   const auto groups = make_parallel_groups(world, ProcessTopology(world->world_size(), 1, tp));
   compare(groups.model);
+  check_gpt_slices(groups.model);
   try {
     ColumnParallelLinear(kDim, 13, groups.model);
     throw std::runtime_error("13 output features over 2 ranks were accepted");

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "count_arg.h"
+#include "dscpp/comm/topology.h"
 #include "dscpp/config/config.h"
 #include "dscpp/schedule/lr_schedule.h"
 #include "dscpp/zero/memory_estimate.h"
@@ -164,17 +165,32 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
     if (!args.hidden_size) args.hidden_size = model->n_embd;  // as gpt-train fills them
   }
   const Config config = Config::from_file(args.config_path, make_options(args, err));
+  const int tp = config.tensor_parallel_size;
   out << config.resolved.dump(2) << "\n";
   const BatchConfig& b = config.batch;
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
-      << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size << "\n";
+      << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size
+      << (tp > 1 ? " (data parallel)" : "") << "\n";
+  if (tp > 1) {
+    // The grid the run forms: each model sliced over `tp` adjacent ranks, ZeRO over the data-parallel ranks.
+    const ProcessTopology grid(args.world_size * tp, /*pipe=*/1, tp);
+    out << "\ngrid: " << grid.world_size() << " ranks = tensor parallel " << tp << " x data parallel "
+        << args.world_size << " (launch " << grid.world_size() << " processes; model fastest, as DeepSpeed)\n"
+        << grid.describe();
+  }
   if (model) {
     out << "\nmodel: gpt-train --model " << args.model << ": " << model->num_params() << " params (" << model->n_layer
         << " layers, " << model->n_embd << " wide, " << model->n_head << " heads, vocab " << model->vocab_size
         << ", n_positions " << model->block_size << ")\n";
   }
   if (!args.params.empty()) {
-    print_memory_table(config, parse_count(args.params), args.world_size, out);
+    // Sliced over tp ranks, a rank holds its slices: the preset's exact count, or (--params) an even split.
+    const int64_t per_rank = model ? model->num_params_per_rank(tp) : parse_count(args.params) / tp;
+    if (tp > 1) {
+      out << "\ntensor parallel " << tp << ": " << per_rank << " params per rank"
+          << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";
+    }
+    print_memory_table(config, per_rank, args.world_size, out);
   }
   if (!args.schedule_csv.empty()) {
     write_schedule_csv(config, args);

@@ -31,6 +31,9 @@ struct GptConfig {
 
   // Exact parameter count of GptImpl with this config (LM head tied to wte, so counted once).
   int64_t num_params() const;
+  // The parameters one rank holds when the model is sliced over `tensor_parallel` ranks (GptImpl's layout: wte,
+  // c_attn, the c_proj weights and c_fc divided; wpe, the LayerNorms and the c_proj biases whole).
+  int64_t num_params_per_rank(int tensor_parallel) const;
 
   int64_t head_dim() const { return n_embd / n_head; }
   // Matrix-product FLOPs of one forward over one sequence of `seq_len` tokens: per block 24·T·C² + 4·T²·C, and the

@@ -35,11 +35,17 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
                             world_size=world_size)
 
 
-def engine_comm_arguments(user="engine"):
+def engine_comm_arguments(user="engine", group=None):
     """What dscpp._C.create_engine (or create_partitioned_init) needs to communicate: torch.distributed's default
-    group and its store, or None for a process alone. `user` names the prefix of its store keys."""
+    group (or `group`, one of its sub-groups) and its store, or None for a process alone. `user` names the prefix of
+    its store keys; a sub-group's also names its ranks, as the groups of one kind (each data-parallel group of an mpu)
+    are made at the same point on every rank."""
     if not dist.is_initialized():
         return dict(group=None, store=None, backend="", key_prefix="")
     from torch.distributed import distributed_c10d as c10d
-    return dict(group=c10d._get_default_group(), store=c10d._get_default_store(), backend=dist.get_backend(),
-                key_prefix=f"dscpp/{user}{next(_comm_numbers)}/")
+    prefix = f"dscpp/{user}{next(_comm_numbers)}/"
+    if group is None or group is dist.group.WORLD:
+        group = c10d._get_default_group()
+    else:
+        prefix += "-".join(str(r) for r in sorted(c10d._pg_group_ranks[group])) + "/"
+    return dict(group=group, store=c10d._get_default_store(), backend=dist.get_backend(group), key_prefix=prefix)

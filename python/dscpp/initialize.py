@@ -50,6 +50,31 @@ def _non_persistent_buffers(model):
     return out
 
 
+def _mpu_groups(mpu, model):
+    """DeepSpeed's mpu (Megatron's parallel state): its data-parallel group, which ZeRO, the batch and the loader
+    use, and create_engine's arguments for its tensor-parallel group with the parameters sliced over it (those
+    marked tensor_model_parallel, Megatron's attribute, or model_parallel, DeepSpeed's). (None, {}) without one."""
+    if mpu is None:
+        return None, {}
+    tensor_group = getattr(mpu, "get_tensor_model_parallel_group", None) or getattr(mpu, "get_model_parallel_group",
+                                                                                    None)
+    if tensor_group is None or not hasattr(mpu, "get_data_parallel_group"):
+        raise TypeError(f"dscpp.initialize: mpu {type(mpu).__name__} must have get_data_parallel_group() and "
+                        "get_tensor_model_parallel_group() (or get_model_parallel_group()), as Megatron's does")
+    if not dist.is_initialized():
+        raise RuntimeError("dscpp.initialize: an mpu needs torch.distributed initialised (its groups are "
+                           "torch.distributed groups); call dscpp.init_distributed() and build the groups first")
+    for name in ("get_pipeline_model_parallel_world_size", "get_pipe_parallel_world_size"):
+        if hasattr(mpu, name) and getattr(mpu, name)() > 1:
+            raise NotImplementedError(f"dscpp.initialize: mpu.{name}() is {getattr(mpu, name)()}; pipeline "
+                                      "parallelism is not supported yet")
+    sliced = [name for name, p in model.named_parameters()
+              if p.requires_grad and (getattr(p, "tensor_model_parallel", False) or getattr(p, "model_parallel", False))]
+    comm = engine_comm_arguments("model", tensor_group())
+    return mpu.get_data_parallel_group(), dict(model_group=comm["group"], model_key_prefix=comm["key_prefix"],
+                                               model_parallel_params=set(sliced))
+
+
 def _dataloader(training_data, engine, collate_fn, drop_last):
     """DeepSpeed's loader: torch's DistributedSampler (shuffled, seed 0; call set_epoch per epoch) over the
     data-parallel ranks, micro-batch sized."""
@@ -89,15 +114,17 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                mesh_param=None, config_params=None):
     """DeepSpeed's initialize → (engine, optimizer, training_dataloader, lr_scheduler).
 
-    `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
+    `config` is a path or a dict (or args.deepspeed_config). With an `mpu` (Megatron's parallel state) the model is
+    tensor parallel over its tensor-parallel group and ZeRO runs over its data-parallel group. A client `optimizer` (torch.optim.Adam, AdamW, SGD,
     Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
     section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1
     and torch.distributed is not initialised, init_distributed() joins the job first; the engine communicates over
     torch.distributed's default group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
-    if mpu is not None or mesh_param is not None:
-        raise NotImplementedError("dscpp.initialize: mpu and mesh_param (model parallelism) are not supported yet")
+    if mesh_param is not None:
+        raise NotImplementedError("dscpp.initialize: mesh_param is not supported yet; pass an mpu for tensor "
+                                  "parallelism")
     config_dict, config_path = resolve_config(args, config, config_params)
     if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(distributed_port=distributed_port)
@@ -132,6 +159,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
     units = zero_hooks.gather_units(model)
     names = {id(p): name for name, p in model.named_parameters()}
+    data_group, model_comm = _mpu_groups(mpu, model)
     engine = _C.create_engine(
         params=list(model.named_parameters()), buffers=list(model.named_buffers()),
         non_persistent_buffers=_non_persistent_buffers(model),
@@ -139,7 +167,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None,
         param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
-        **engine_comm_arguments())
+        **model_comm, **engine_comm_arguments(group=data_group))
     if engine.zero_stage == 3:
         zero_hooks.install(model, engine, units)
     resolved = json.loads(engine.config_json)

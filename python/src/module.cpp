@@ -62,12 +62,18 @@ std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTen
                                       const UnitHandles& prepartitioned, const std::string& config,
                                       bool config_is_path, const py::object& group, const py::object& store,
                                       const std::string& backend, const std::string& key_prefix,
-                                      const ParamGroups& param_groups) {
+                                      const ParamGroups& param_groups, const py::object& model_group,
+                                      const std::string& model_key_prefix,
+                                      const std::set<std::string>& model_parallel_params) {
   ModelTensors model{named(params), named(buffers), non_persistent_buffers, {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
   for (const auto& [names, weight_decay, lr] : param_groups) options.param_groups.push_back({names, weight_decay, lr});
   options.comm = comm_from(group, store, backend, key_prefix);
+  if (!model_group.is_none()) {  // an mpu's tensor-parallel group: `group` is then its data-parallel one
+    options.model_parallel_group = comm_from(model_group, store, backend, model_key_prefix);
+    options.model_parallel_params = model_parallel_params;
+  }
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   // Handed over: the Python handle is left empty (its parameters are the engine's now).
   for (const auto& unit : prepartitioned) model.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
@@ -262,5 +268,6 @@ PYBIND11_MODULE(_C, m) {
         py::arg("units"),
         py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
-        py::arg("param_groups"), "Builds the engine over a model's tensors (see dscpp.initialize).");
+        py::arg("param_groups"), py::arg("model_group") = py::none(), py::arg("model_key_prefix") = "",
+        py::arg("model_parallel_params") = std::set<std::string>{}, "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

@@ -269,5 +269,6 @@ PYBIND11_MODULE(_C, m) {
         py::arg("prepartitioned"), py::arg("config"),
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         py::arg("param_groups"), py::arg("model_group") = py::none(), py::arg("model_key_prefix") = "",
-        py::arg("model_parallel_params") = std::set<std::string>{}, "Builds the engine over a model's tensors (see dscpp.initialize).");
+        py::arg("model_parallel_params") = std::set<std::string>{},
+        "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

@@ -370,7 +370,8 @@ void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
   const int rank = comm_->rank();
   for (const auto& fragment : stage_->master_fragments(rank)) {
     const auto it = group_of_slot.find(fragment.slot);
-    if (it != group_of_slot.end()) ranges.push_back({stage_->master_offset(fragment, rank), fragment.numel, it->second});
+    if (it == group_of_slot.end()) continue;
+    ranges.push_back({stage_->master_offset(fragment, rank), fragment.numel, it->second});
   }
   std::sort(ranges.begin(), ranges.end(), [](const GroupRange& a, const GroupRange& b) { return a.begin < b.begin; });
   optimizer_->set_groups(std::move(settings), std::move(ranges));

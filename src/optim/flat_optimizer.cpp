@@ -116,8 +116,8 @@ void FlatOptimizer::set_groups(std::vector<GroupSettings> groups, std::vector<Gr
 
 void FlatOptimizer::set_group_lr(int group, std::optional<double> lr) {
   if (group < 0 || group >= static_cast<int>(groups_.size())) {
-    throw std::invalid_argument(name() + ": set_group_lr: no parameter group " + std::to_string(group) + " (there are " +
-                                std::to_string(groups_.size()) + ")");
+    throw std::invalid_argument(name() + ": set_group_lr: no parameter group " + std::to_string(group) +
+                                " (there are " + std::to_string(groups_.size()) + ")");
   }
   if (lr && !(*lr >= 0)) {
     throw std::invalid_argument(name() + ": set_group_lr: lr must be >= 0, got " + std::to_string(*lr));

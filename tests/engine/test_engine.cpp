@@ -124,7 +124,8 @@ TEST(Engine, ConfigSchedulerSetsEveryGroupsLr) {
   const int64_t steps = 6, batch = 16;
   const std::string json = R"({"train_batch_size": 16,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}},
-      "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 4}}})";
+      "scheduler": {"type": "WarmupLR",
+                    "params": {"warmup_min_lr": 0, "warmup_max_lr": 0.01, "warmup_num_steps": 4}}})";
   auto run = [&](std::optional<double> group_lr) {
     torch::manual_seed(0);
     auto model = Mlp();

@@ -248,7 +248,9 @@ TEST(TensorParallel, TheEngineTrainsASlicedModelAsTheWholeOne) {
   const std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
   for (int world : {2, 4}) {
     const auto ranks = run_ranks(world, self + " --worker engine", "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
-    for (int r = 0; r < world; ++r) EXPECT_EQ(ranks[r].code, 0) << "world " << world << " rank " << r << ": " << ranks[r].err;
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(ranks[r].code, 0) << "world " << world << " rank " << r << ": " << ranks[r].err;
+    }
   }
 }
 

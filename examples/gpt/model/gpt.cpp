@@ -46,8 +46,9 @@ void check_divides(const GptConfig& c, int p) {
   if (p == 1) return;
   auto require = [p](int64_t n, const std::string& what, const std::string& flag) {
     if (n % p != 0) {
-      throw std::invalid_argument("gpt: " + what + " " + std::to_string(n) + " does not divide over the tensor-parallel "
-                                  "size " + std::to_string(p) + " (" + flag + ")");
+      throw std::invalid_argument("gpt: " + what + " " + std::to_string(n) +
+                                  " does not divide over the tensor-parallel size " + std::to_string(p) + " (" + flag +
+                                  ")");
     }
   };
   require(c.n_head, "n_head", "each rank computes n_head/p heads; --n_head");

@@ -92,7 +92,8 @@ int64_t GptConfig::num_params() const {
 
 int64_t GptConfig::num_params_per_rank(int tensor_parallel) const {
   const int64_t C = n_embd;
-  const int64_t whole = block_size * C + n_layer * (4 * C + 2 * C) + 2 * C;  // wpe, per block ln_1, ln_2, 2 biases; ln_f
+  // wpe; per block ln_1, ln_2 and the two row-parallel biases; ln_f.
+  const int64_t whole = block_size * C + n_layer * (4 * C + 2 * C) + 2 * C;
   return whole + (num_params() - whole) / tensor_parallel;
 }
 

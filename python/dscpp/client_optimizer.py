@@ -83,11 +83,11 @@ def _group_params(group):
 
 
 def engine_groups(groups, config_params=None):
-    """The engine's parameter groups, [(parameters, weight_decay or None, lr or None)], one per group, for groups
-    that differ: a client optimizer's param_groups (every setting given), or model_parameters dicts, whose keys but
-    weight_decay and lr must equal the config's optimizer.params (`config_params`; a setting the config does not give
-    is refused, as its default is the engine's to choose). [] for a client optimizer of one group: the optimizer
-    section is its settings."""
+    """The engine's parameter groups, [(parameters, weight_decay or None, lr or None)], one per group: of a client
+    optimizer's param_groups (every setting given), or of model_parameters dicts, whose keys but weight_decay and lr
+    must equal the config's optimizer.params (`config_params`; a setting the config does not give is refused, as its
+    default is the engine's to choose). [] for a client optimizer of one group: the optimizer section is its
+    settings."""
     groups = list(groups)
     if config_params is None and len(groups) < 2:
         return []

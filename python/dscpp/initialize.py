@@ -68,8 +68,9 @@ def _mpu_groups(mpu, model):
         if hasattr(mpu, name) and getattr(mpu, name)() > 1:
             raise NotImplementedError(f"dscpp.initialize: mpu.{name}() is {getattr(mpu, name)()}; pipeline "
                                       "parallelism is not supported yet")
-    sliced = [name for name, p in model.named_parameters()
-              if p.requires_grad and (getattr(p, "tensor_model_parallel", False) or getattr(p, "model_parallel", False))]
+    def is_slice(p):
+        return getattr(p, "tensor_model_parallel", False) or getattr(p, "model_parallel", False)
+    sliced = [name for name, p in model.named_parameters() if p.requires_grad and is_slice(p)]
     comm = engine_comm_arguments("model", tensor_group())
     return mpu.get_data_parallel_group(), dict(model_group=comm["group"], model_key_prefix=comm["key_prefix"],
                                                model_parallel_params=set(sliced))
@@ -114,12 +115,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                mesh_param=None, config_params=None):
     """DeepSpeed's initialize → (engine, optimizer, training_dataloader, lr_scheduler).
 
-    `config` is a path or a dict (or args.deepspeed_config). With an `mpu` (Megatron's parallel state) the model is
-    tensor parallel over its tensor-parallel group and ZeRO runs over its data-parallel group. A client `optimizer` (torch.optim.Adam, AdamW, SGD,
+    `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
     Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
     section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1
     and torch.distributed is not initialised, init_distributed() joins the job first; the engine communicates over
-    torch.distributed's default group."""
+    torch.distributed's default group, or with an `mpu` (Megatron's parallel state) over its data-parallel group,
+    the model being tensor parallel over its tensor-parallel group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
     if mesh_param is not None:

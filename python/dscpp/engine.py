@@ -105,10 +105,9 @@ class DeepSpeedEngine:
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
                 self.lr_scheduler.step()
-            self._follow_client_lrs()
 
     def _follow_client_lrs(self):
-        """The client optimizer's lr of each group, for the engine's next optimizer step."""
+        """The client optimizer's lr of each group, for the engine's next optimizer step (called before each)."""
         if not self._follows_client_lrs:
             return
         groups = self.optimizer.param_groups
@@ -238,8 +237,7 @@ class DeepSpeedEngine:
             if self.lr_scheduler is not None and load_lr_scheduler_states and not load_module_only:
                 self.lr_scheduler.load_state_dict(scheduler_state)
                 for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
-                    group["lr"] = lr
-                self._follow_client_lrs()
+                    group["lr"] = lr  # the engine takes them at the next optimizer step
         return path, client_state
 
     def save_16bit_model(self, save_dir, save_filename="model.safetensors"):

@@ -420,12 +420,7 @@ void Engine::set_group_lr(size_t group, double lr) {
     throw std::logic_error("set_group_lr: the config's \"scheduler\" (" + config_.scheduler->type + ") drives every "
                            "group's lr; remove it to run a schedule of your own");
   }
-  if (group >= optimizer_->groups().size()) {
-    throw std::invalid_argument("set_group_lr: no parameter group " + std::to_string(group) + " (InitOptions gave " +
-                                std::to_string(optimizer_->groups().size()) + ")");
-  }
-  if (!(lr >= 0)) throw std::invalid_argument("set_group_lr: lr must be a number >= 0, got " + std::to_string(lr));
-  optimizer_->set_group_lr(static_cast<int>(group), lr);
+  optimizer_->set_group_lr(static_cast<int>(group), lr);  // checks the group and the lr
 }
 
 std::vector<double> Engine::group_lrs() const {
@@ -562,9 +557,8 @@ void Engine::update(StepReport& report) {
   auto packed = torch::stack({local_sq.to(loss_sum_.device()), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
   if (model_group_) {  // the slices' shares of ‖g‖² (the loss is the same on every model-parallel rank)
-    auto sq = packed.narrow(0, 0, 1).clone();
+    auto sq = packed.narrow(0, 0, 1);
     model_group_->all_reduce(sq, ReduceOp::kSum).wait();
-    packed.narrow(0, 0, 1).copy_(sq);
   }
   const auto host = packed.to(torch::kCPU);  // one device sync for both numbers
   const double scaled_norm = std::sqrt(host.data_ptr<double>()[0]);

@@ -24,15 +24,24 @@ class CollectiveBackward final : public torch::autograd::Node {
   std::function<torch::Tensor(const torch::Tensor&)> backward_;
 };
 
-// `output` (computed from `input` without a history) with a node that maps its gradient to `input`'s.
-torch::Tensor with_backward(const torch::Tensor& input, torch::Tensor output, const char* name,
-                            std::function<torch::Tensor(const torch::Tensor&)> backward) {
-  if (!torch::GradMode::is_enabled() || !input.requires_grad()) return output;
+using Map = std::function<torch::Tensor(const torch::Tensor&)>;
+
+// `forward(x)` computed without autograd, given one node that maps its gradient to x's by `backward`. Over a group of
+// one rank both are the identity, and x comes back as it is.
+torch::Tensor collective(const torch::Tensor& x, const std::shared_ptr<Comm>& group, const char* name,
+                         const Map& forward, Map backward) {
+  if (group->world_size() == 1) return x;
+  torch::Tensor out;
+  {
+    torch::NoGradGuard no_grad;
+    out = forward(x);
+  }
+  if (!torch::GradMode::is_enabled() || !x.requires_grad()) return out;
   auto node = std::shared_ptr<CollectiveBackward>(new CollectiveBackward(name, std::move(backward)),
                                                   torch::autograd::deleteNode);
-  node->set_next_edges(torch::autograd::collect_next_edges(input));
-  torch::autograd::create_gradient_edge(output, node);
-  return output;
+  node->set_next_edges(torch::autograd::collect_next_edges(x));
+  torch::autograd::create_gradient_edge(out, node);
+  return out;
 }
 
 torch::Tensor all_reduced(const torch::Tensor& x, Comm& group) {
@@ -67,41 +76,29 @@ torch::Tensor slice_last_dim(const torch::Tensor& x, Comm& group) {
 }  // namespace
 
 torch::Tensor copy_to_model_parallel(const torch::Tensor& x, const std::shared_ptr<Comm>& group) {
-  if (group->world_size() == 1) return x;
-  return with_backward(x, x.detach(), "dscpp::CopyToModelParallelBackward",
-                       [group](const torch::Tensor& g) { return all_reduced(g, *group); });
+  return collective(
+      x, group, "dscpp::CopyToModelParallelBackward", [](const torch::Tensor& t) { return t.detach(); },
+      [group](const torch::Tensor& g) { return all_reduced(g, *group); });
 }
 
 torch::Tensor reduce_from_model_parallel(const torch::Tensor& x, const std::shared_ptr<Comm>& group) {
-  if (group->world_size() == 1) return x;
-  torch::Tensor out;
-  {
-    torch::NoGradGuard no_grad;
-    out = all_reduced(x, *group);
-  }
-  return with_backward(x, out, "dscpp::ReduceFromModelParallelBackward", [](const torch::Tensor& g) { return g; });
+  return collective(
+      x, group, "dscpp::ReduceFromModelParallelBackward",
+      [group](const torch::Tensor& t) { return all_reduced(t, *group); }, [](const torch::Tensor& g) { return g; });
 }
 
 torch::Tensor gather_from_model_parallel(const torch::Tensor& x, const std::shared_ptr<Comm>& group) {
-  if (group->world_size() == 1) return x;
-  torch::Tensor out;
-  {
-    torch::NoGradGuard no_grad;
-    out = gathered_last_dim(x, *group);
-  }
-  return with_backward(x, out, "dscpp::GatherFromModelParallelBackward",
-                       [group](const torch::Tensor& g) { return slice_last_dim(g, *group); });
+  return collective(
+      x, group, "dscpp::GatherFromModelParallelBackward",
+      [group](const torch::Tensor& t) { return gathered_last_dim(t, *group); },
+      [group](const torch::Tensor& g) { return slice_last_dim(g, *group); });
 }
 
 torch::Tensor scatter_to_model_parallel(const torch::Tensor& x, const std::shared_ptr<Comm>& group) {
-  if (group->world_size() == 1) return x;
-  torch::Tensor out;
-  {
-    torch::NoGradGuard no_grad;
-    out = slice_last_dim(x, *group);
-  }
-  return with_backward(x, out, "dscpp::ScatterToModelParallelBackward",
-                       [group](const torch::Tensor& g) { return gathered_last_dim(g, *group); });
+  return collective(
+      x, group, "dscpp::ScatterToModelParallelBackward",
+      [group](const torch::Tensor& t) { return slice_last_dim(t, *group); },
+      [group](const torch::Tensor& g) { return gathered_last_dim(g, *group); });
 }
 
 }  // namespace dscpp

@@ -109,10 +109,14 @@ torch::Tensor GptImpl::head(const torch::Tensor& x) {
   return dscpp::column_parallel_linear(ln_f->forward(x), wte->weight, torch::Tensor(), group_);  // no bias
 }
 
-torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+torch::Tensor GptImpl::hidden(const torch::Tensor& idx) {
   auto x = embed(idx);
   for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
-  return dscpp::gather_from_model_parallel(head(x), group_);
+  return x;
+}
+
+torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
+  return dscpp::gather_from_model_parallel(head(hidden(idx)), group_);
 }
 
 std::set<std::string> GptImpl::tensor_parallel_params() const {
@@ -135,9 +139,7 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
   }
   const int64_t vocab = config_.data_vocab_size > 0 ? config_.data_vocab_size : config_.vocab_size;
   if (group_->world_size() > 1) {  // this rank's columns of the logits only
-    auto x = embed(idx);
-    for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
-    auto local = head(x);
+    auto local = head(hidden(idx));
     return dscpp::vocab_parallel_cross_entropy(local.reshape({-1, local.size(-1)}), targets.reshape({-1}), group_,
                                                vocab);
   }

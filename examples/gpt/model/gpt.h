@@ -66,6 +66,7 @@ class GptImpl : public torch::nn::Module {
   // gathering each block's parameters just before its call.
   torch::Tensor embed(const torch::Tensor& idx);  // (B, T) → token + position embeddings (B, T, C)
   torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V/p): this rank's columns
+  torch::Tensor hidden(const torch::Tensor& idx);  // embed, then every block through the block runner: (B, T, C)
   const std::vector<Block>& blocks() const { return blocks_; }
 
   // How forward() calls each block: `run(block, x)` must return block->forward(x). The default calls it directly;

@@ -33,6 +33,12 @@ class LoggedComm final : public Comm {
   Handle broadcast(torch::Tensor& tensor, int root) override {
     return timed("broadcast", tensor.nbytes(), [&] { return inner_->broadcast(tensor, root); });
   }
+  Handle send(const torch::Tensor& tensor, int peer, int tag) override {
+    return timed("send", tensor.nbytes(), [&] { return inner_->send(tensor, peer, tag); });
+  }
+  Handle recv(torch::Tensor& tensor, int peer, int tag) override {
+    return timed("recv", tensor.nbytes(), [&] { return inner_->recv(tensor, peer, tag); });
+  }
   void barrier() override {
     const auto start = Clock::now();
     inner_->barrier();
@@ -72,7 +78,7 @@ double bus_factor(const std::string& op, int n) {
   if (n <= 1) return 0.0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
   if (op == "all_gather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
-  if (op == "broadcast") return 1.0;
+  if (op == "broadcast" || op == "send" || op == "recv") return 1.0;  // the message crosses one link
   return 0.0;
 }
 

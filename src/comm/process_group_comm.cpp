@@ -388,6 +388,32 @@ Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& 
   });
 }
 
+void ProcessGroupComm::check_peer(const char* op, int peer) const {
+  if (peer < 0 || peer >= world_size_ || peer == rank_) {
+    throw std::invalid_argument(std::string(op) + ": peer " + std::to_string(peer) + " is not another rank in 0.." +
+                                std::to_string(world_size_ - 1) + " (this rank is " + std::to_string(rank_) + ")");
+  }
+}
+
+// Point to point moves bits, never adds them: bf16 goes as fp16 bits where the backend lacks bf16.
+Handle ProcessGroupComm::send(const torch::Tensor& tensor, int peer, int tag) {
+  check_dense("send", "tensor", tensor);
+  check_peer("send", peer);
+  if (tensor.numel() == 0) return {};
+  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
+  return launch(describe("send", tensor) + " to rank " + std::to_string(peer),
+                [&] { return group_->send(tensors, peer, tag); });
+}
+
+Handle ProcessGroupComm::recv(torch::Tensor& tensor, int peer, int tag) {
+  check_dense("recv", "tensor", tensor);
+  check_peer("recv", peer);
+  if (tensor.numel() == 0) return {};
+  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
+  return launch(describe("recv", tensor) + " from rank " + std::to_string(peer),
+                [&] { return group_->recv(tensors, peer, tag); });
+}
+
 Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {
   check_dense("broadcast", "tensor", tensor);
   if (root < 0 || root >= world_size_)

@@ -50,6 +50,8 @@ class ProcessGroupComm final : public Comm {
   Handle all_gather(torch::Tensor& output, const torch::Tensor& input) override;
   Handle broadcast(torch::Tensor& tensor, int root) override;
   void barrier() override;
+  Handle send(const torch::Tensor& tensor, int peer, int tag = 0) override;
+  Handle recv(torch::Tensor& tensor, int peer, int tag = 0) override;
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override;
   // Over two connections of its own to the TCPStore under `store` (none when it is not a TCPStore).
   std::unique_ptr<SideStream> open_side_stream() override;
@@ -68,7 +70,8 @@ class ProcessGroupComm final : public Comm {
   // fallbacks' copy-out). `what` is e.g. "all_reduce of 7 x float32", used in error messages.
   Handle launch(const std::string& what, const Issue& issue, std::function<void()> finish = nullptr);
   std::string prefix() const;
-  bool widen(const torch::Tensor& t) const;  // bf16 arithmetic the backend cannot do: use an fp32 temporary
+  bool widen(const torch::Tensor& t) const;
+  void check_peer(const char* op, int peer) const;  // bf16 arithmetic the backend cannot do: use an fp32 temporary
 
   c10::intrusive_ptr<compat::ProcessGroupBase> group_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -25,10 +25,19 @@ class SingleProcessComm final : public Comm {
 
   Handle broadcast(torch::Tensor&, int) override { return {}; }
   void barrier() override {}
+  // One rank has no peer to pair with.
+  Handle send(const torch::Tensor&, int peer, int) override { no_peer("send", peer); }
+  Handle recv(torch::Tensor&, int peer, int) override { no_peer("recv", peer); }
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override { return values; }
   std::shared_ptr<Comm> split(int color, int) override {
     if (color < 0) throw std::invalid_argument("split: color must be >= 0, got " + std::to_string(color));
     return std::make_shared<SingleProcessComm>();
+  }
+
+ private:
+  [[noreturn]] static void no_peer(const char* op, int peer) {
+    throw std::invalid_argument(std::string(op) + ": peer " + std::to_string(peer) +
+                                " is not another rank of this comm (world size 1)");
   }
 };
 

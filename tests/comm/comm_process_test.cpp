@@ -210,6 +210,15 @@ TEST(CommProcessTest, SplitGivesEachAxisOfARankGridItsOwnGroup) {
   for (size_t r = 0; r < ranks.size(); ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ": " << ranks[r].err;
 }
 
+// Point to point over 4 real processes: a ring on the world, then on the pipe groups of a pipe 2 × data 2 grid.
+TEST(CommProcessTest, SendAndRecvPairByPeerAndTagInOrder) {
+  const auto ranks = run_job("point_to_point", 4, all_ranks(4), 1.0, std::chrono::seconds(60));
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ": " << ranks[r].out << ranks[r].err;
+    EXPECT_NE(ranks[r].out.find("rank " + std::to_string(r) + " ok"), std::string::npos) << ranks[r].out;
+  }
+}
+
 }  // namespace
 }  // namespace dscpp::testing
 

@@ -262,6 +262,47 @@ int topology() {
   return 0;
 }
 
+// A ring: each rank sends to the next and receives from the previous — two messages on one tag (they arrive in
+// order), one on another tag, fp32 and bf16 (moved as bits: every value exact) — all sends posted before any
+// receive, so a send that waited for its receiver would hang the ring. Then the same over a pipe group of a grid,
+// and a send to itself, which names the rule.
+int point_to_point() {
+  const auto env = DistEnv::from_env();
+  auto world = init_comm(env, CommBackend::kGloo);
+  auto ring = [&](Comm& comm, const std::string& what) {
+    const int w = comm.world_size(), r = comm.rank(), next = (r + 1) % w, prev = (r + w - 1) % w;
+    auto message = [](int from, int k, torch::ScalarType dtype) {
+      return (torch::arange(5, torch::kFloat) + 0.5 + 10.0 * from + 100.0 * k).to(dtype);
+    };
+    std::vector<torch::Tensor> out;
+    std::vector<Handle> sends;
+    for (int k = 0; k < 3; ++k) {
+      out.push_back(message(r, k, k == 2 ? torch::kBFloat16 : torch::kFloat));
+      sends.push_back(comm.send(out.back(), next, /*tag=*/k == 1 ? 7 : 0));
+    }
+    // Tag 7 first, though it was sent second: tags are separate channels.
+    auto tagged = torch::empty({5}, torch::kFloat);
+    comm.recv(tagged, prev, 7).wait();
+    expect_equal(what + " tag 7", tagged, message(prev, 1, torch::kFloat));
+    auto first = torch::empty({5}, torch::kFloat);
+    auto second = torch::empty({5}, torch::kBFloat16);
+    comm.recv(first, prev, 0).wait();
+    comm.recv(second, prev, 0).wait();
+    expect_equal(what + " first on tag 0", first, message(prev, 0, torch::kFloat));
+    expect_equal(what + " second on tag 0", second, message(prev, 2, torch::kBFloat16));
+    for (auto& h : sends) h.wait();
+  };
+  ring(*world, "world");
+  const auto groups = make_parallel_groups(world, ProcessTopology(world->world_size(), world->world_size() / 2, 1));
+  ring(*groups.pipe, "pipe group");
+  const int code = expect_thrown<std::invalid_argument>("a send to itself", "is not another rank", [&] {
+    world->send(torch::zeros({1}), world->rank());
+  });
+  world->barrier();
+  if (code == 0) std::cout << "rank " << env.rank << " ok\n";
+  return code;
+}
+
 // Start-up with a rank missing: init_comm itself must fail within DEEPSPEED_TIMEOUT.
 int missing_peer() {
   try {
@@ -285,6 +326,7 @@ int run_worker(const std::string& scenario) {
     if (scenario == "interrupted") return interrupted();
     if (scenario == "side_stream") return side_stream();
     if (scenario == "topology") return topology();
+    if (scenario == "point_to_point") return point_to_point();
     std::cerr << "unknown worker scenario '" << scenario << "'\n";
   } catch (const std::exception& e) {
     std::cerr << "worker " << scenario << " failed: " << e.what() << "\n";

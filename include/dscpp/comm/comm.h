@@ -85,6 +85,14 @@ class Comm {
   virtual Handle broadcast(torch::Tensor& tensor, int root) = 0;
   virtual void barrier() = 0;
 
+  // Point to point (pipeline parallelism): `tensor` to rank `peer` of this comm, and into `tensor` (its shape and
+  // dtype agreed beforehand) from `peer`. A send pairs with the peer's recv of the same tag; sends from one rank to
+  // another with one tag arrive in the order they were issued. The tensor must stay alive and unchanged (send) or
+  // untouched (recv) until wait(). Not collective: only the two ranks take part. std::invalid_argument for a peer
+  // outside the comm or this rank itself.
+  virtual Handle send(const torch::Tensor& tensor, int peer, int tag = 0) = 0;
+  virtual Handle recv(torch::Tensor& tensor, int peer, int tag = 0) = 0;
+
   // Every rank's `values` (the same count on each), rank-major, exchanged through the rendezvous store instead of
   // the process group: never queued behind collectives in flight, so a check can run while data moves. Blocking,
   // a few round trips to the store; for a handful of integers (ZeRO-3's order check), not for data. Every rank

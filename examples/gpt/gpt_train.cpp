@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "dscpp/monitor/cpu_peak.h"
 #include "dscpp/monitor/metrics_jsonl.h"
 #include "dscpp/monitor/step_log.h"
+#include "gpt_pipeline.h"
 #include "model/gpt.h"
 #include "progress_bar.h"
 
@@ -57,6 +59,8 @@ struct Args {
   bool activation_checkpointing = false;
   double dropout = 0.0;
   std::optional<int> tensor_parallel;  // fills tensor_parallel.autotp_size
+  std::optional<int> pipeline_parallel;  // fills pipeline.stages
+  std::optional<std::string> partition;  // fills pipeline.partition
   std::optional<double> peak_tflops;  // per rank; default: measured
   // HF-style flags that fill "auto".
   double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
@@ -90,6 +94,13 @@ void add_flags(CLI::App& app, Args& a) {
                  "slice each model replica over this many ranks (Megatron-style: heads, MLP width, vocabulary); "
                  "fills tensor_parallel.autotp_size; the data-parallel size is world / this")
       ->check(CLI::PositiveNumber);
+  app.add_option("--pipeline_parallel", a.pipeline_parallel,
+                 "split each model replica into this many pipeline stages (the embedding, the blocks, the tied head "
+                 "as layers; DeepSpeed's 1F1B schedule over --grad_accum micro-batches); fills pipeline.stages; the "
+                 "data-parallel size is world / (this × --tensor_parallel)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--partition", a.partition,
+                 "how layers go to pipeline stages: parameters, uniform or type:REGEX (fills pipeline.partition)");
   app.add_flag("--activation_checkpointing", a.activation_checkpointing,
                "keep only each block's input and recompute the block in backward (the config's "
                "activation_checkpointing section says where inputs are kept)");
@@ -146,6 +157,8 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, co
   options.world_size = world_size;
   options.auto_values = dscpp::AutoValues::from_hf_args(hf);
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
+  if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
+  if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
   auto parse = [&] {
     return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
                                       : dscpp::Config::from_file(a.deepspeed_config, options);
@@ -170,23 +183,24 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, co
   return config;
 }
 
-// The tensor-parallel size: --tensor_parallel, else the config file's tensor_parallel.autotp_size (read ahead of the
-// parse, which needs the data-parallel size this decides). A flag that contradicts the file is an error.
-int tensor_parallel_size(const Args& a) {
+// A layout size: the flag, else the config file's `section.key` (read ahead of the parse, which needs the
+// data-parallel size this decides). A flag that contradicts the file is an error.
+int layout_size(const Args& a, const std::optional<int>& flag, const char* flag_name, const char* section,
+                const char* key) {
   int from_file = 1;
   if (!a.deepspeed_config.empty()) {
     std::ifstream in(a.deepspeed_config);
     const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (json.is_object() && json.contains("tensor_parallel") && json["tensor_parallel"].is_object()) {
-      const auto& size = json["tensor_parallel"].value("autotp_size", nlohmann::json(1));
+    if (json.is_object() && json.contains(section) && json[section].is_object()) {
+      const auto& size = json[section].value(key, nlohmann::json(1));
       if (size.is_number_integer()) from_file = std::max(1, size.get<int>());
     }
   }
-  if (a.tensor_parallel && from_file > 1 && *a.tensor_parallel != from_file) {
-    throw std::invalid_argument("--tensor_parallel " + std::to_string(*a.tensor_parallel) + " contradicts " +
-                                a.deepspeed_config + "'s tensor_parallel.autotp_size " + std::to_string(from_file));
+  if (flag && from_file > 1 && *flag != from_file) {
+    throw std::invalid_argument(std::string(flag_name) + " " + std::to_string(*flag) + " contradicts " +
+                                a.deepspeed_config + "'s " + section + "." + key + " " + std::to_string(from_file));
   }
-  return a.tensor_parallel.value_or(from_file);
+  return flag.value_or(from_file);
 }
 
 // A config without an "optimizer" section (an HF Trainer user's) gets the AdamW the HF Trainer would build from its
@@ -295,21 +309,23 @@ int run(const Args& a) {
   }
   // The rank grid: tensor-parallel groups of adjacent ranks, data parallelism over the rest. The engine's comm is
   // the data-parallel group; every rank of a model-parallel group reads the same rows.
-  const int tp = tensor_parallel_size(a);
-  const dscpp::ProcessTopology topology(world, /*pipe=*/1, tp);
-  if (tp > 1) {
+  const int tp = layout_size(a, a.tensor_parallel, "--tensor_parallel", "tensor_parallel", "autotp_size");
+  const int pp = layout_size(a, a.pipeline_parallel, "--pipeline_parallel", "pipeline", "stages");
+  const dscpp::ProcessTopology topology(world, pp, tp);
+  if (tp > 1 || pp > 1) {
+    const std::string layout = tp > 1 ? "tensor parallelism (" + std::to_string(tp) + " ranks per model)"
+                                      : "pipeline parallelism (" + std::to_string(pp) + " stages)";
     for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--save_dir", &a.save_dir},
                                       {"--load_dir", &a.load_dir}, {"--init_from", &a.init_from},
                                       {"--save_16bit", &a.save_16bit}}) {
       if (!value->empty()) {
-        throw std::invalid_argument(std::string(flag) + " with tensor parallelism (" + std::to_string(tp) +
-                                    " ranks per model) is not supported yet: checkpoints of sliced models are not "
-                                    "written or read yet");
+        throw std::invalid_argument(std::string(flag) + " with " + layout + " is not supported yet: checkpoints of "
+                                    "sliced models are not written or read yet");
       }
     }
   }
   std::optional<dscpp::ParallelGroups> groups;
-  if (tp > 1) {
+  if (tp > 1 || pp > 1) {
     groups = dscpp::make_parallel_groups(dscpp::init_comm(env, dscpp::comm_backend_for(device, env.local_size)),
                                          topology);
   }
@@ -319,7 +335,7 @@ int run(const Args& a) {
   // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
   // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
   dscpp::InitOptions init;
-  if (groups) {
+  if (groups && pp == 1) {  // a pipeline's engine takes its groups from PipelineEngine
     init.comm = groups->data;
     init.model_parallel_group = groups->model;
   }
@@ -332,7 +348,7 @@ int run(const Args& a) {
     }
   }
   gpt::GptImpl::BlockBuilt block_built;
-  if (config.zero.stage == 3 && a.zero_init) {
+  if (config.zero.stage == 3 && a.zero_init && pp == 1) {  // a pipeline refuses ZeRO-3 (PipelineEngine says why)
     init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, init.comm, device);  // shards on `device`
     block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
       zero_init->partition(block);
@@ -349,7 +365,7 @@ int run(const Args& a) {
   } else {
     model->to(device);
   }
-  if (!init.partitioned) {
+  if (!init.partitioned && pp == 1) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
   gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
@@ -358,7 +374,27 @@ int run(const Args& a) {
     progress.clear();
     std::cerr << line << std::endl;
   };
-  auto engine = dscpp::initialize(model.ptr(), config, init);
+  // Pipelined, every rank builds the whole model (the same values at every layout) and keeps its stage's layers;
+  // the other layers' parameters are released. With --activation_checkpointing each block is checkpointed, as
+  // without a pipeline (pipeline.activation_checkpoint_interval 1 unless the config sets one).
+  std::unique_ptr<dscpp::PipelineEngine> pipeline;
+  std::unique_ptr<dscpp::Engine> data_parallel;
+  if (pp > 1) {
+    auto pipe_config = config;
+    if (a.activation_checkpointing && pipe_config.pipeline.activation_checkpoint_interval == 0) {
+      pipe_config.pipeline.activation_checkpoint_interval = 1;
+    }
+    pipeline = std::make_unique<dscpp::PipelineEngine>(gpt::pipeline_model(model), pipe_config, *groups, init);
+    std::set<const c10::TensorImpl*> kept;
+    for (const auto& p : pipeline->module()->parameters()) kept.insert(p.unsafeGetTensorImpl());
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) {
+      if (!kept.count(p.unsafeGetTensorImpl())) p.set_data(torch::empty({0}, p.options()));
+    }
+  } else {
+    data_parallel = dscpp::initialize(model.ptr(), config, init);
+  }
+  dscpp::Engine* engine = pipeline ? &pipeline->engine() : data_parallel.get();
   // Each block inside its run_unit (ZeRO-3 gathers its parameters there, also for a recompute in backward) and,
   // with --activation_checkpointing, checkpointed: the block holds itself in the closure, which backward calls again.
   model->set_block_runner([&engine, checkpoint = a.activation_checkpointing](const gpt::Block& block,
@@ -368,7 +404,7 @@ int run(const Args& a) {
       return checkpoint ? engine->checkpoint(run, x) : run(x);
     });
   });
-  if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);
+  if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);  // (refused above when pipelined)
   if (!a.load_dir.empty()) engine->load_checkpoint(a.load_dir, a.load_tag);
   // Saved with every checkpoint, so `dscpp consolidate --format hf-gpt2` can write HF's config.json.
   const nlohmann::json client_state = {
@@ -389,26 +425,43 @@ int run(const Args& a) {
               << "; global batch " << batch.train_batch_size << " = micro " << batch.micro_batch << " × accum "
               << batch.grad_accum << " × data parallel " << dp << "; " << dscpp::to_string(config.compute_dtype())
               << "; ZeRO stage " << config.zero.stage;
-    if (tp > 1) std::cerr << "; tensor parallel " << tp << " (world " << world << ")";
+    if (tp > 1) std::cerr << "; tensor parallel " << tp;
+    if (pp > 1) std::cerr << "; pipeline parallel " << pp;
+    if (tp > 1 || pp > 1) std::cerr << " (world " << world << ")";
     std::cerr << std::endl;
   }
 
   // MFU: the model's training FLOPs per rank and step (3 × the forward's matrix products; recomputation is not
   // model work) per second, over the rank's peak. The peak is measured once, after training, unless given.
-  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / tp;
+  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / (tp * pp);
   double flops_per_s_sum = 0;
   int64_t timed_steps = 0;
 
+  // Pipelined: each stage's bubble and activation peak over the steps after the first (warm-up).
+  double pipe_idle_s = 0, pipe_batch_s = 0;
+  int64_t pipe_peak_in_flight = 0, pipe_activation_peak = -1;
   std::optional<dscpp::MetricsJsonl> metrics;
   if (!a.metrics.empty() && rank == 0) metrics.emplace(a.metrics);
   for (int64_t step = engine->global_steps(); step < a.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
+    auto micro_batch = [&](int64_t micro) {
       const auto rows = sampler.rows(step, batch.train_batch_size, dp_rank * rank_rows + micro * batch.micro_batch,
                                      batch.micro_batch);
-      auto loss = engine->forward([&] { return model->loss(rows.inputs.to(device), rows.targets.to(device)); });
-      engine->backward(loss);
-      engine->step();
+      return dscpp::MicroBatch{rows.inputs.to(device), rows.targets.to(device)};
+    };
+    if (pipeline) {
+      pipeline->train_batch([&](int micro) { return micro_batch(micro); });
+      const auto& stats = pipeline->last_stats();
+      if (step > 0) pipe_idle_s += stats.idle_s, pipe_batch_s += stats.batch_s;
+      pipe_peak_in_flight = std::max<int64_t>(pipe_peak_in_flight, stats.peak_in_flight);
+      pipe_activation_peak = std::max(pipe_activation_peak, stats.activation_peak);
+    } else {
+      for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
+        const auto rows = micro_batch(micro);
+        auto loss = engine->forward([&] { return model->loss(rows.inputs, rows.labels); });
+        engine->backward(loss);
+        engine->step();
+      }
     }
     const double step_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -445,6 +498,23 @@ int run(const Args& a) {
     }
   }
   progress.finish();
+  if (pipeline) {
+    // Every rank's numbers to rank 0 (through the store: no collective on the process group), one line per stage.
+    const auto all = groups->world->side_all_gather({groups->coord.pipe, groups->coord.data * tp + groups->coord.model,
+                                                     static_cast<int64_t>(pipe_idle_s * 1e6),
+                                                     static_cast<int64_t>(pipe_batch_s * 1e6), pipe_peak_in_flight,
+                                                     pipe_activation_peak});
+    for (int r = 0; rank == 0 && r < world; ++r) {
+      const int64_t* v = &all[6 * r];
+      if (v[1] != 0) continue;  // the first replica's stages
+      std::cerr << "[gpt-train] pipeline stage " << v[0] << ": idle " << std::fixed << std::setprecision(3)
+                << (v[3] > 0 ? static_cast<double>(v[2]) / v[3] : 0.0) << " of its step time (1F1B bubble "
+                << dscpp::bubble_fraction(pp, static_cast<int>(batch.grad_accum)) << "), at most " << v[4]
+                << " micro-batches in flight, activation peak "
+                << (v[5] < 0 ? std::string("n/a") : std::to_string(v[5] / 1024) + " KiB") << std::defaultfloat
+                << std::endl;
+    }
+  }
   if (!a.save_16bit.empty() && engine->save_16bit_model(a.save_16bit) && rank == 0) {
     std::cerr << "[gpt-train] wrote " << a.save_16bit << std::endl;
   }

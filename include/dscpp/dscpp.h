@@ -11,3 +11,6 @@
 #include "dscpp/engine/partitioned_init.h"
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/parallel/tensor_parallel_ops.h"
+#include "dscpp/pipe/partition.h"
+#include "dscpp/pipe/pipeline_engine.h"
+#include "dscpp/pipe/schedule.h"

@@ -98,6 +98,10 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
     set_dotted(doc, alias ? "bf16" + path.substr(8) : path, value);
   }
   normalize_legacy_offload(doc);
+  // DeepSpeed's default "stages": "auto" leaves the count to the program's PipelineModule; here that is the default.
+  if (doc.contains("pipeline") && doc["pipeline"].is_object() && doc["pipeline"].value("stages", nlohmann::json()) == "auto") {
+    doc["pipeline"].erase("stages");
+  }
   fill_auto(doc, options.auto_values);
 
   ParseContext context(options.warn);
@@ -124,7 +128,7 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   // Top-level DeepSpeed keys that change nothing in this engine; tests/config/key_table_test.cpp gives each reason.
   root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dataloader_drop_last", "timers",
                "seq_parallel_communication_data_type", "use_data_before_expert_parallelism",
-               "checkpoint_parallel_write_pipeline", "pipeline", "vocabulary_size", "log_level"});
+               "checkpoint_parallel_write_pipeline", "vocabulary_size", "log_level"});
   root.accept_only_default("dump_state", false);
   root.accept_only_default("managed_gradient_accumulation", true);
   root.accept_only_default("gradient_allreduce_op", "mean");

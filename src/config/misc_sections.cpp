@@ -48,8 +48,11 @@ CommsLoggerConfig parse_comms_logger(JsonReader& s) {
   c.debug = s.get_bool("debug", false);
   // DeepSpeed's torch.distributed names are accepted for ours.
   c.prof_ops = s.get_string_list("prof_ops", {"all_reduce", "reduce_scatter", "all_gather", "broadcast", "barrier",
-                                              "reduce_scatter_tensor", "all_gather_into_tensor"});
+                                              "reduce_scatter_tensor", "all_gather_into_tensor", "send",
+                                              "recv", "isend", "irecv"});
   for (auto& op : c.prof_ops) {
+    if (op == "isend") op = "send";
+    if (op == "irecv") op = "recv";
     if (op == "reduce_scatter_tensor") op = "reduce_scatter";
     if (op == "all_gather_into_tensor") op = "all_gather";
   }
@@ -68,7 +71,25 @@ CheckpointConfig parse_checkpoint(JsonReader& s) {
 
 }  // namespace
 
+PipelineConfig parse_pipeline(JsonReader& s) {
+  PipelineConfig c;
+  c.stages = static_cast<int>(s.get_int("stages", 1, 1));
+  c.partition = s.get_string("partition", "parameters");
+  if (c.partition == "best") c.partition = "parameters";
+  s.require(c.partition == "parameters" || c.partition == "uniform" || c.partition.rfind("type:", 0) == 0,
+            "partition", "one of parameters, uniform, type:REGEX (or DeepSpeed's default best, which is parameters)");
+  c.activation_checkpoint_interval = static_cast<int>(s.get_int("activation_checkpoint_interval", 0, 0));
+  // pipe_partitioned / grad_partitioned split what a stage sends over the tensor-parallel group to cut its volume;
+  // the values sent are the same either way. seed_layers reseeds each layer's init, which a program does itself.
+  s.accept({"pipe_partitioned", "grad_partitioned"});
+  s.accept_only_default("seed_layers", false);
+  s.finish();
+  return c;
+}
+
 void parse_misc_sections(JsonReader& root, Config& config) {
+  JsonReader pipeline = root.section("pipeline");
+  config.pipeline = parse_pipeline(pipeline);
   JsonReader ac = root.section("activation_checkpointing");
   config.activation_checkpointing = parse_activation_checkpointing(ac);
   JsonReader tensorboard = root.section("tensorboard");

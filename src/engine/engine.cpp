@@ -258,7 +258,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
                         " ranks and pass it as InitOptions::model_parallel_group, as gpt-train --tensor_parallel does");
     }
   }
-  if (options.model_parallel_group) set_model_parallel(options.model_parallel_group, options.model_parallel_params);
+  set_model_parallel(options);
   if (!options.activation_partition_group && model_group_) options.activation_partition_group = model_group_;
   checkpointing_ = std::make_unique<ActivationCheckpointing>(config_.activation_checkpointing,
                                                              options.activation_partition_group);
@@ -380,20 +380,34 @@ void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
        std::to_string(rank) + "'s partition)");
 }
 
-void Engine::set_model_parallel(std::shared_ptr<Comm> group, const std::set<std::string>& sliced) {
+void Engine::set_model_parallel(const InitOptions& options) {
   const auto& slots = stage_->layout().slots();
-  std::set<std::string> unknown = sliced;
-  for (const auto& slot : slots) unknown.erase(slot.name);
-  if (!unknown.empty()) {
-    throw std::invalid_argument("InitOptions::model_parallel_params names '" + *unknown.begin() +
-                                "', which is not a trainable parameter of this model");
+  for (const auto* names : {&options.model_parallel_params, &options.norm_counted_elsewhere}) {
+    std::set<std::string> unknown = *names;
+    for (const auto& slot : slots) unknown.erase(slot.name);
+    if (!unknown.empty()) {
+      throw std::invalid_argument(std::string("InitOptions::") +
+                                  (names == &options.model_parallel_params ? "model_parallel_params"
+                                                                           : "norm_counted_elsewhere") +
+                                  " names '" + *unknown.begin() + "', which is not a trainable parameter of this model");
+    }
   }
-  if (group->world_size() == 1) return;  // one slice: the whole model, nothing to join
-  model_group_ = std::move(group);
-  for (const auto& slot : slots) counted_in_norm_.push_back(sliced.count(slot.name) > 0 || model_group_->rank() == 0);
-  log_("[deepspeed.cpp] tensor parallel over " + std::to_string(model_group_->world_size()) + " ranks: " +
-       std::to_string(sliced.size()) + " of " + std::to_string(slots.size()) +
-       " trainable parameters are slices, the others whole on every model-parallel rank");
+  // A group of one rank is the whole model along that axis: nothing to join.
+  if (options.model_parallel_group && options.model_parallel_group->world_size() > 1) {
+    model_group_ = options.model_parallel_group;
+  }
+  if (options.pipeline_group && options.pipeline_group->world_size() > 1) pipe_group_ = options.pipeline_group;
+  if (!model_group_ && !pipe_group_) return;
+  const auto& sliced = options.model_parallel_params;
+  for (const auto& slot : slots) {
+    const bool mine = !model_group_ || sliced.count(slot.name) > 0 || model_group_->rank() == 0;
+    counted_in_norm_.push_back(mine && options.norm_counted_elsewhere.count(slot.name) == 0);
+  }
+  if (model_group_) {
+    log_("[deepspeed.cpp] tensor parallel over " + std::to_string(model_group_->world_size()) + " ranks: " +
+         std::to_string(sliced.size()) + " of " + std::to_string(slots.size()) +
+         " trainable parameters are slices, the others whole on every model-parallel rank");
+  }
 }
 
 void Engine::check_not_model_parallel(const std::string& what) const {
@@ -401,6 +415,11 @@ void Engine::check_not_model_parallel(const std::string& what) const {
     throw std::logic_error(what + ": not supported yet for a tensor-parallel run (model-parallel group of " +
                            std::to_string(model_group_->world_size()) +
                            " ranks): each rank holds slices that would be written or read as whole parameters");
+  }
+  if (pipe_group_) {
+    throw std::logic_error(what + ": not supported yet for a pipeline-parallel run (" +
+                           std::to_string(pipe_group_->world_size()) +
+                           " stages): each rank holds one stage's layers, not the whole model");
   }
 }
 
@@ -500,12 +519,26 @@ void Engine::backward(const torch::Tensor& loss) {
     throw std::invalid_argument("Engine::backward: loss must be a scalar tensor, got " +
                                 (loss.defined() ? std::to_string(loss.numel()) + " elements" : std::string("undefined")));
   }
+  run_backward([&] {
+    loss_sum_ += loss.detach().to(torch::kFloat32).reshape({});
+    // fp32 scaling: a 16-bit loss times 2^16 would itself overflow.
+    const double factor = scaler_->scale() / static_cast<double>(config_.batch.grad_accum);
+    (loss.to(torch::kFloat32) * factor).backward();
+  });
+}
+
+void Engine::backward_from(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& grads) {
+  if (outputs.size() != grads.size()) {
+    throw std::invalid_argument("Engine::backward_from: " + std::to_string(outputs.size()) + " outputs but " +
+                                std::to_string(grads.size()) + " gradients");
+  }
+  run_backward([&] { torch::autograd::backward(outputs, grads); });
+}
+
+void Engine::run_backward(const std::function<void()>& autograd) {
   const int64_t start = now_ns();
   stage_->before_backward();
-  loss_sum_ += loss.detach().to(torch::kFloat32).reshape({});
-  // fp32 scaling: a 16-bit loss times 2^16 would itself overflow.
-  const double factor = scaler_->scale() / static_cast<double>(config_.batch.grad_accum);
-  (loss.to(torch::kFloat32) * factor).backward();
+  autograd();
   add_time(Phase::kBackwardInner, start);
   const int64_t reduce_start = now_ns();
   stage_->after_backward();  // waits for the reductions backward launched (stages 2, 3)
@@ -552,14 +585,16 @@ void Engine::update(StepReport& report) {
 
   // One collective for both numbers: this rank's share of ‖g‖² and its loss sum. inf/nan anywhere makes the
   // global norm non-finite on every rank, so all ranks agree on the overflow.
-  const auto local_sq = model_group_ ? stage_->local_grad_sq_norm_of(counted_in_norm_, comm_->rank())
-                                     : stage_->local_grad_sq_norm();
+  const auto local_sq = counted_in_norm_.empty() ? stage_->local_grad_sq_norm()
+                                                 : stage_->local_grad_sq_norm_of(counted_in_norm_, comm_->rank());
   auto packed = torch::stack({local_sq.to(loss_sum_.device()), loss_sum_.to(torch::kFloat64)});
   comm_->all_reduce(packed, ReduceOp::kSum).wait();
   if (model_group_) {  // the slices' shares of ‖g‖² (the loss is the same on every model-parallel rank)
     auto sq = packed.narrow(0, 0, 1);
     model_group_->all_reduce(sq, ReduceOp::kSum).wait();
   }
+  // The stages' shares of ‖g‖², and the loss, which only the last stage has.
+  if (pipe_group_) pipe_group_->all_reduce(packed, ReduceOp::kSum).wait();
   const auto host = packed.to(torch::kCPU);  // one device sync for both numbers
   const double scaled_norm = std::sqrt(host.data_ptr<double>()[0]);
   report.loss = host.data_ptr<double>()[1] / (config_.batch.grad_accum * comm_->world_size());

@@ -149,11 +149,37 @@ TEST(PlanCli, TensorParallelShowsTheGridAndTheSlicesPerRank) {
                                                      {"tensor_parallel", {{"autotp_size", 2}}}});
   const PlanRun r = plan(path + " --model tiny --world_size 2");
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_NE(r.out.find("grid: 4 ranks = tensor parallel 2 x data parallel 2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("grid: 4 ranks = pipeline 1 x data parallel 2 x tensor parallel 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 2: pipe 0, data 1, model 0\nrank 3: pipe 0, data 1, model 1\n"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("tensor parallel 2: 431104 params per rank"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model-state memory per rank (Adam, 431104 params"), std::string::npos) << r.out;
+}
+
+// pipeline.stages: the grid (pipe slowest), the bubble of 1F1B over the config's micro-batches, the stages as
+// PipelineEngine partitions tiny's layers by parameters (embedding 49,152 + two blocks of 198,272 | two blocks + the
+// head with its copy of the tied embedding, 33,024), and the memory table for the larger stage.
+TEST(PlanCli, PipelineShowsTheGridTheBubbleAndTheStages) {
+  const std::string path = write_config("pp.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                     {"gradient_accumulation_steps", 4},
+                                                     {"zero_optimization", {{"stage", 1}}},
+                                                     {"pipeline", {{"stages", 2}}}});
+  const PlanRun r = plan(path + " --model tiny --world_size 2");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("grid: 4 ranks = pipeline 2 x data parallel 2 x tensor parallel 1"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1: pipe 0, data 1, model 0\nrank 2: pipe 1, data 0, model 0\n"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("pipeline: 2 stages, 4 micro-batches per step (1F1B): bubble (p - 1) / (m + p - 1) = 0.2;"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("stage 0: layers 0-2, 445696 params per rank\nstage 1: layers 3-5, 429568 params per rank"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("model-state memory per rank (Adam, 445696 params"), std::string::npos) << r.out;
+  const std::string uniform = write_config("pp3.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                         {"pipeline", {{"stages", 7}}}});
+  EXPECT_NE(plan(uniform + " --model tiny").err.find("pipeline: 7 stages but the model has 6 layers"),
+            std::string::npos);
 }
 
 TEST(PlanCli, Fp16AndBf16Rejected) {

@@ -2,6 +2,7 @@
 // the resolved config, the batch triangle, model-state memory per rank for every stage, the LR/scale schedule.
 #include "plan_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -13,6 +14,8 @@
 #include "count_arg.h"
 #include "dscpp/comm/topology.h"
 #include "dscpp/config/config.h"
+#include "dscpp/pipe/partition.h"
+#include "dscpp/pipe/schedule.h"
 #include "dscpp/schedule/lr_schedule.h"
 #include "dscpp/zero/memory_estimate.h"
 #include "model/gpt_config.h"
@@ -154,6 +157,17 @@ gpt::GptConfig preset_model(const std::string& name) {
   return gpt::GptConfig::preset(name, gpt2 ? 50257 : 256);
 }
 
+// gpt-train's pipeline layers (embed, h.0 …, head) with the parameters one rank holds of each under tensor
+// parallelism `tp` (the head counts the tied embedding, as each holding stage keeps a copy).
+std::vector<LayerInfo> gpt_layers(const gpt::GptConfig& m, int tp) {
+  const int64_t C = m.n_embd, embedding = m.vocab_size / tp * C;
+  const int64_t block = (m.num_params_per_rank(tp) - embedding - m.block_size * C - 2 * C) / m.n_layer;
+  std::vector<LayerInfo> layers{{"Embedding", embedding + m.block_size * C}};
+  for (int64_t i = 0; i < m.n_layer; ++i) layers.push_back({"Block", block});
+  layers.push_back({"Head", 2 * C + embedding});
+  return layers;
+}
+
 }  // namespace
 
 void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
@@ -165,18 +179,25 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
     if (!args.hidden_size) args.hidden_size = model->n_embd;  // as gpt-train fills them
   }
   const Config config = Config::from_file(args.config_path, make_options(args, err));
-  const int tp = config.tensor_parallel_size;
+  const int tp = config.tensor_parallel_size, pp = config.pipeline.stages;
   out << config.resolved.dump(2) << "\n";
   const BatchConfig& b = config.batch;
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
       << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size
-      << (tp > 1 ? " (data parallel)" : "") << "\n";
-  if (tp > 1) {
-    // The grid the run forms: each model sliced over `tp` adjacent ranks, ZeRO over the data-parallel ranks.
-    const ProcessTopology grid(args.world_size * tp, /*pipe=*/1, tp);
-    out << "\ngrid: " << grid.world_size() << " ranks = tensor parallel " << tp << " x data parallel "
-        << args.world_size << " (launch " << grid.world_size() << " processes; model fastest, as DeepSpeed)\n"
+      << (tp > 1 || pp > 1 ? " (data parallel)" : "") << "\n";
+  if (tp > 1 || pp > 1) {
+    // The grid the run forms: each model sliced over `tp` adjacent ranks, its layers over `pp` stages, ZeRO over
+    // the data-parallel ranks.
+    const ProcessTopology grid(args.world_size * tp * pp, pp, tp);
+    out << "\ngrid: " << grid.world_size() << " ranks = pipeline " << pp << " x data parallel " << args.world_size
+        << " x tensor parallel " << tp << " (launch " << grid.world_size()
+        << " processes; model fastest, then data, then pipe, as DeepSpeed)\n"
         << grid.describe();
+  }
+  if (pp > 1) {
+    out << "\npipeline: " << pp << " stages, " << b.grad_accum << " micro-batches per step (1F1B): bubble (p - 1) / "
+        << "(m + p - 1) = " << bubble_fraction(pp, static_cast<int>(b.grad_accum)) << "; stage s holds at most "
+        << "min(p - s, m) micro-batches' activations\n";
   }
   if (model) {
     out << "\nmodel: gpt-train --model " << args.model << ": " << model->num_params() << " params (" << model->n_layer
@@ -185,7 +206,23 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   }
   if (!args.params.empty()) {
     // Sliced over tp ranks, a rank holds its slices: the preset's exact count, or (--params) an even split.
-    const int64_t per_rank = model ? model->num_params_per_rank(tp) : parse_count(args.params) / tp;
+    int64_t per_rank = model ? model->num_params_per_rank(tp) : parse_count(args.params) / tp;
+    if (pp > 1 && model) {
+      // The stages as PipelineEngine partitions them; the memory table is the largest stage's.
+      const auto layers = gpt_layers(*model, tp);
+      const auto parts = partition_layers(layers, pp, config.pipeline.partition);
+      per_rank = 0;
+      for (int stage = 0; stage < pp; ++stage) {
+        int64_t params = 0;
+        for (int l = parts[stage]; l < parts[stage + 1]; ++l) params += layers[l].params;
+        out << (stage == 0 ? "\n" : "") << "stage " << stage << ": layers " << parts[stage] << "-"
+            << parts[stage + 1] - 1 << ", " << params << " params per rank\n";
+        per_rank = std::max(per_rank, params);
+      }
+    } else if (pp > 1) {
+      per_rank /= pp;
+      out << "\npipeline " << pp << ": about " << per_rank << " params per rank (--params split evenly)\n";
+    }
     if (tp > 1) {
       out << "\ntensor parallel " << tp << ": " << per_rank << " params per rank"
           << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";

@@ -137,13 +137,16 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     throw std::invalid_argument("Gpt::loss: targets shape " + shape_of(targets) + " must equal idx shape " +
                                 shape_of(idx));
   }
+  return loss_of_logits(head(hidden(idx)), targets);
+}
+
+torch::Tensor GptImpl::loss_of_logits(const torch::Tensor& local_logits, const torch::Tensor& targets) {
   const int64_t vocab = config_.data_vocab_size > 0 ? config_.data_vocab_size : config_.vocab_size;
   if (group_->world_size() > 1) {  // this rank's columns of the logits only
-    auto local = head(hidden(idx));
-    return dscpp::vocab_parallel_cross_entropy(local.reshape({-1, local.size(-1)}), targets.reshape({-1}), group_,
-                                               vocab);
+    return dscpp::vocab_parallel_cross_entropy(local_logits.reshape({-1, local_logits.size(-1)}),
+                                               targets.reshape({-1}), group_, vocab);
   }
-  auto logits = forward(idx);
+  auto logits = local_logits;
   if (vocab != config_.vocab_size) logits = logits.narrow(-1, 0, vocab);  // padding rows: no probability (llm.c)
   // fp32 log-softmax: bf16/fp16 logits lose too much precision over a 50k vocabulary.
   return torch::nn::functional::cross_entropy(logits.reshape({-1, vocab}).to(torch::kFloat), targets.reshape({-1}));

@@ -61,6 +61,8 @@ class GptImpl : public torch::nn::Module {
   // Mean cross-entropy of next-token prediction over all B·T positions; computed in fp32 whatever the
   // parameters' dtype. targets: (B, T) int64.
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+  // The same from head()'s output (this rank's columns of the logits): what a pipeline's last stage computes.
+  torch::Tensor loss_of_logits(const torch::Tensor& local_logits, const torch::Tensor& targets);
 
   // forward() = head(h[L-1](… h[0](embed(idx)))). Exposed so a wrapper (ZeRO-3) can run the blocks itself,
   // gathering each block's parameters just before its call.

@@ -111,6 +111,16 @@ struct CheckpointConfig {
   bool load_universal = false;         // accepted; every checkpoint here is universal (loads on any world / stage)
 };
 
+// "pipeline": DeepSpeed's pipeline section, read here by PipelineEngine (DeepSpeed's PipelineModule takes the same
+// settings as arguments).
+struct PipelineConfig {
+  int stages = 1;  // "stages"; DeepSpeed's "auto" (the program's PipelineModule decides) reads as 1 until it does
+  // "partition": parameters, uniform or type:REGEX (see partition_layers); DeepSpeed's default "best", which its
+  // PipelineModule never reads, is its partition_method default, "parameters".
+  std::string partition = "parameters";
+  int activation_checkpoint_interval = 0;  // 0: no activation checkpointing of the stage's layers
+};
+
 struct Fp16Config {
   bool enabled = false;
   bool auto_cast = false;
@@ -167,6 +177,7 @@ struct Config {
   // "tensor_parallel.autotp_size" (0 and 1: none): the ranks each replica of the model is sliced over. The engine
   // does not slice a model itself: the program builds it sliced over InitOptions::model_parallel_group, of this size.
   int tensor_parallel_size = 1;
+  PipelineConfig pipeline;
 
   // The compute (model) dtype: fp16, bf16 or fp32.
   DType compute_dtype() const;

@@ -78,6 +78,13 @@ struct InitOptions {
   // model's ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding layers); the others are whole on every
   // model-parallel rank.
   std::set<std::string> model_parallel_params;
+  // Pipeline parallelism (PipelineEngine sets it; `comm` is then the data-parallel group): the ranks that hold the
+  // other stages of this rank's replica (ParallelGroups::pipe). The gradient norm and the reported loss are the whole
+  // pipeline's: ‖g‖² and the loss (which only the last stage computes) are summed over it.
+  std::shared_ptr<Comm> pipeline_group;
+  // Trainable parameters whose gradient another stage counts in the norm: this stage's copy of a tied weight (the
+  // GPT's embedding, on the first and the last stage) that an earlier stage holds too.
+  std::set<std::string> norm_counted_elsewhere;
 };
 
 // What the last accumulation boundary did.
@@ -149,6 +156,9 @@ class Engine {
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
   // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
   void backward(const torch::Tensor& loss);
+  // A pipeline stage's backward (PipelineEngine): autograd from `outputs` with `grads`, the gradients the next stage
+  // sent back, already scaled by its loss's backward. Nothing is scaled here and no loss is counted.
+  void backward_from(const std::vector<torch::Tensor>& outputs, const std::vector<torch::Tensor>& grads);
 
   // Ends the micro-step. On an accumulation boundary it updates the parameters and returns true (false when the
   // step was skipped for overflow); off the boundary it does nothing and returns false.
@@ -254,9 +264,12 @@ class Engine {
   // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
   void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
-  // InitOptions::model_parallel_group and _params: which gradients this rank counts in the norm.
-  void set_model_parallel(std::shared_ptr<Comm> group, const std::set<std::string>& sliced);
-  // Refuses what a tensor-parallel run cannot do yet, naming `what`.
+  // InitOptions::model_parallel_group and _params, pipeline_group and norm_counted_elsewhere: the groups the norm
+  // sums over and which gradients this rank counts in it.
+  void set_model_parallel(const InitOptions& options);
+  // Around each micro-step's autograd: the stage's hooks and the phase times.
+  void run_backward(const std::function<void()>& autograd);
+  // Refuses what a tensor- or pipeline-parallel run cannot do yet, naming `what`.
   void check_not_model_parallel(const std::string& what) const;
   // InitOptions::param_groups as ranges of this rank's master partition for the optimizer.
   void set_param_groups(const std::vector<OptimizerParamGroup>& groups);
@@ -293,7 +306,8 @@ class Engine {
   // whether this rank counts that parameter's gradient in the norm (its slices on every model-parallel rank, whole
   // parameters on model-parallel rank 0 only).
   std::shared_ptr<Comm> model_group_;
-  std::vector<bool> counted_in_norm_;
+  std::shared_ptr<Comm> pipe_group_;  // pipeline parallelism (InitOptions::pipeline_group); null without
+  std::vector<bool> counted_in_norm_;  // filled when either group is there
 
   TrainingProgress progress_;
   int64_t optimizer_state_bytes_ = 0;

@@ -307,8 +307,9 @@ int run(const Args& a) {
     throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
                                 std::to_string(model_cfg.block_size) + "]");
   }
-  // The rank grid: tensor-parallel groups of adjacent ranks, data parallelism over the rest. The engine's comm is
-  // the data-parallel group; every rank of a model-parallel group reads the same rows.
+  // The rank grid: tensor-parallel groups of adjacent ranks, then data parallelism, then pipeline stages (DeepSpeed's
+  // order). The engine's comm is the data-parallel group; every rank of a model-parallel group and of a pipeline
+  // reads the same rows (the first stage their inputs, the last their targets).
   const int tp = layout_size(a, a.tensor_parallel, "--tensor_parallel", "tensor_parallel", "autotp_size");
   const int pp = layout_size(a, a.pipeline_parallel, "--pipeline_parallel", "pipeline", "stages");
   const dscpp::ProcessTopology topology(world, pp, tp);
@@ -391,6 +392,10 @@ int run(const Args& a) {
     for (auto& p : model->parameters()) {
       if (!kept.count(p.unsafeGetTensorImpl())) p.set_data(torch::empty({0}, p.options()));
     }
+    // Dropout: stage s draws from a generator seeded --seed + 100·s from here on (Megatron's rule; the same on
+    // every data- and tensor-parallel rank of the stage), so a pipelined run is reproducible, but its masks are not
+    // the ones one process would draw: that process draws every layer from one generator in turn.
+    torch::manual_seed(a.seed + 100 * static_cast<uint64_t>(groups->coord.pipe));
   } else {
     data_parallel = dscpp::initialize(model.ptr(), config, init);
   }

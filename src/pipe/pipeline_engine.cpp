@@ -117,27 +117,7 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
     if (stages.size() > 1) ties_.push_back({path, std::vector<int>(stages.begin(), stages.end())});
   }
 
-  // A tie group per tied module: the stages holding a copy, within this rank's replica (same data and model
-  // coordinates). Splits are collective over the world, so every rank takes part in each, holding a copy or not.
-  const auto& topology = groups_.topology;
-  const int replicas = topology.data() * topology.model();
-  const int replica = groups_.coord.data * topology.model() + groups_.coord.model;
-  for (const auto& [path, stages] : ties_) {
-    const bool holds = std::find(stages.begin(), stages.end(), s) != stages.end();
-    auto comm = groups_.world->split(holds ? replica : replicas + groups_.world->rank(), s);
-    if (!holds) continue;
-    Tie tie{path, comm, {}};
-    // The copies start from the earliest stage's values, as DeepSpeed broadcasts tied weights from their owner.
-    torch::NoGradGuard no_grad;
-    for (const auto& item : module_->named_parameters()) {
-      if (item.key() != path && item.key().rfind(path + ".", 0) != 0) continue;
-      auto value = item.value().data().contiguous();
-      comm->broadcast(value, 0).wait();
-      if (!value.is_same(item.value())) item.value().copy_(value);
-      if (s != stages.front() && item.value().requires_grad()) options.norm_counted_elsewhere.insert(item.key());
-    }
-    tie_groups_.push_back(std::move(tie));
-  }
+  connect_ties(options.norm_counted_elsewhere);
 
   // The program names the whole model's sliced parameters; the stage's engine knows only its own.
   std::set<std::string> sliced;
@@ -170,11 +150,41 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
   }
   schedule_ = train_schedule(p, s, config_.batch.grad_accum);
 
+  log(describe(infos, model.layers));
+}
+
+// A tie group per tied module: the stages holding a copy, within this rank's replica (same data and model
+// coordinates). Splits are collective over the world, so every rank takes part in each, holding a copy or not.
+void PipelineEngine::connect_ties(std::set<std::string>& counted_elsewhere) {
+  const auto& topology = groups_.topology;
+  const int s = stage(), replicas = topology.data() * topology.model();
+  const int replica = groups_.coord.data * topology.model() + groups_.coord.model;
+  for (const auto& [path, stages] : ties_) {
+    const bool holds = std::find(stages.begin(), stages.end(), s) != stages.end();
+    auto comm = groups_.world->split(holds ? replica : replicas + groups_.world->rank(), s);
+    if (!holds) continue;
+    // The copies start from the earliest stage's values, as DeepSpeed broadcasts tied weights from their owner; the
+    // earliest stage counts the weight in the gradient norm, the others not again.
+    torch::NoGradGuard no_grad;
+    for (const auto& item : module_->named_parameters()) {
+      if (item.key() != path && item.key().rfind(path + ".", 0) != 0) continue;
+      auto value = item.value().data().contiguous();
+      comm->broadcast(value, 0).wait();
+      if (!value.is_same(item.value())) item.value().copy_(value);
+      if (s != stages.front() && item.value().requires_grad()) counted_elsewhere.insert(item.key());
+    }
+    tie_groups_.push_back(Tie{path, comm, {}});
+  }
+}
+
+// One line for the log: the grid, the schedule, every stage's layers and parameters, the ties. `all` holds the
+// other stages' layers (this stage's are in layers_).
+std::string PipelineEngine::describe(const std::vector<LayerInfo>& infos, const std::vector<PipeLayer>& all) const {
+  const int p = stages(), s = stage();
   std::ostringstream line;
-  line << "[deepspeed.cpp] pipeline: " << p << " stages × " << topology.data() << " data × " << topology.model()
-       << " model, " << config_.batch.grad_accum << " micro-batches per step (1F1B, bubble "
+  line << "[deepspeed.cpp] pipeline: " << p << " stages × " << groups_.topology.data() << " data × "
+       << groups_.topology.model() << " model, " << config_.batch.grad_accum << " micro-batches per step (1F1B, bubble "
        << bubble_fraction(p, config_.batch.grad_accum) << "), partition " << config_.pipeline.partition;
-  std::vector<PipeLayer>& all = model.layers;  // the other stages' layers, for their names
   for (int stage = 0; stage < p; ++stage) {
     int64_t params = 0;
     for (int l = parts_[stage]; l < parts_[stage + 1]; ++l) params += infos[l].params;
@@ -184,7 +194,7 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
          << (parts_[stage + 1] - parts_[stage] > 1 ? " … " + last : "") << "), " << params << " params";
   }
   for (const auto& [path, stages] : ties_) line << "; tied " << path << " on stages " << stages_list(stages);
-  log(line.str());
+  return line.str();
 }
 
 torch::Tensor PipelineEngine::run_layers(const torch::Tensor& input) {

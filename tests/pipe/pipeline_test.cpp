@@ -10,11 +10,15 @@
 
 #include <cstring>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <sstream>
 
 #include "../common/multiprocess.h"
 #include "dscpp/dscpp.h"
+#include "data/batch_sampler.h"
+#include "data/token_dataset.h"
+#include "dscpp/activation/rng_state.h"
 #include "gpt_pipeline.h"
 #include "model/gpt.h"
 
@@ -132,7 +136,64 @@ int too_many_stages() {
   return 0;
 }
 
-int worker(const std::string& name) {
+// gpt-train --pipeline_parallel 2 --dropout 0.1's run in one process, by the documented rule: the tiny GPT as
+// gpt-train builds it (seed 1234, the embedded corpus, seq 32), stage 0's layers (embed, h.0, h.1, as the pipeline
+// partitions tiny by parameters) drawing from a generator seeded 1234 and stage 1's (h.2, h.3, head) from one seeded
+// 1234 + 100, each picking up where it left off; 20 steps at global batch 8 in 2 micro-batches, clipping at 1.0.
+// Writes each step's loss, one a line, to `out`.
+int dropout_reference(const std::string& out) {
+  auto dataset = std::make_shared<const gpt::TokenDataset>(gpt::TokenDataset::default_corpus());
+  auto c = gpt::GptConfig::preset("tiny", dataset->vocab_size());
+  c.dropout = 0.1;
+  torch::manual_seed(1234);
+  gpt::Gpt model(c);
+  const auto pipe = gpt::pipeline_model(model);
+  constexpr size_t kSecondStage = 3;  // layers 0-2 | 3-5, as PipelineEngine partitions tiny over 2 stages
+  torch::manual_seed(1234);
+  std::vector<RngState> stage_rng{RngState::capture(torch::kCPU)};
+  torch::manual_seed(1234 + 100);
+  stage_rng.push_back(RngState::capture(torch::kCPU));
+  ConfigOptions options;
+  options.world_size = 1;
+  const auto config = Config::from_json({{"train_batch_size", 8}, {"gradient_accumulation_steps", 2},
+                                         {"gradient_clipping", 1.0},
+                                         {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}},
+                                        options);
+  InitOptions init;
+  init.comm = make_single_process_comm();
+  auto engine = initialize(model.ptr(), config, init);
+  gpt::BatchSamplerOptions sampling;
+  sampling.seq_len = 32;
+  sampling.order = gpt::DataOrder::kSequential;  // gpt-train's default
+  sampling.seed = 1234;
+  const gpt::BatchSampler sampler(dataset, sampling);
+  std::ofstream losses(out);
+  for (int64_t step = 0; step < 20; ++step) {
+    for (int64_t micro = 0; micro < 2; ++micro) {
+      const auto rows = sampler.rows(step, 8, micro * 4, 4);
+      auto loss = engine->forward([&] {
+        torch::Tensor x = rows.inputs;
+        stage_rng[0].restore();
+        for (size_t l = 0; l < pipe.layers.size(); ++l) {
+          if (l == kSecondStage) {
+            stage_rng[0] = RngState::capture(torch::kCPU);
+            stage_rng[1].restore();
+          }
+          x = pipe.layers[l].forward(x);
+        }
+        stage_rng[1] = RngState::capture(torch::kCPU);
+        return pipe.loss_fn(x, rows.targets);
+      });
+      engine->backward(loss);
+      engine->step();
+    }
+    losses << std::setprecision(17) << engine->last_step().loss << "\n";
+  }
+  return 0;
+}
+
+int worker(const std::string& name, const std::string& arg) {
+  if (name == "dropout_reference") return dropout_reference(arg);
   if (name == "counts") return counts();
   if (name == "dies") return dies();
   if (name == "too_many_stages") return too_many_stages();
@@ -144,6 +205,7 @@ std::string self_path;  // this binary (argv[0]), which each rank runs as a work
 std::string self() { return self_path; }
 const char* const kEnv = "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1";
 
+#ifndef DSCPP_LONG_SWEEP
 TEST(Pipeline, EveryStageHoldsItsLayersAndTheTiedEmbeddingTwice) {
   const auto ranks = run_ranks(4, self() + " --worker counts", kEnv);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ": " << ranks[r].err;
@@ -165,6 +227,8 @@ TEST(Pipeline, MoreStagesThanLayersNamesBoth) {
         << ranks[r].err;
   }
 }
+
+#endif
 
 // gpt-train, 20 steps of the tiny GPT at global batch 8 over `micro` micro-batches per rank, clipping at 1.0.
 std::vector<nlohmann::json> gpt_train(int world, int stage, int micro, const std::string& extra) {
@@ -200,6 +264,7 @@ void compare_losses(const std::vector<nlohmann::json>& got, const std::vector<nl
   }
 }
 
+#ifndef DSCPP_LONG_SWEEP
 TEST(Pipeline, GptTrainPipelinedGivesTheOneProcessLosses) {
   const auto whole = gpt_train(1, 0, 1, "");
   ASSERT_EQ(whole.size(), 20u);
@@ -218,20 +283,42 @@ TEST(Pipeline, GptTrainPipelinedGivesTheOneProcessLosses) {
   }
 }
 
-// The default set runs the deepest pipeline over the most micro-batches; the long one every pair.
-TEST(Pipeline, GptTrainPipelinedOverEveryDepthAndMicroBatchCount) {
-  const auto whole = gpt_train(1, 0, 1, "");
-#ifdef DSCPP_LONG_SWEEP
-  const std::vector<int> depths = {2, 4}, micros = {1, 2, 8};
-#else
-  const std::vector<int> depths = {4}, micros = {8};
 #endif
+
+// Every depth with every micro-batch count against one process.
+void sweep(const std::vector<int>& depths, const std::vector<int>& micros) {
+  const auto whole = gpt_train(1, 0, 1, "");
   for (int pipe : depths) {
     for (int micro : micros) {
       SCOPED_TRACE("pipe " + std::to_string(pipe) + ", " + std::to_string(micro) + " micro-batches");
       compare_losses(gpt_train(pipe, 0, micro, "--pipeline_parallel " + std::to_string(pipe)), whole);
     }
   }
+}
+
+// The long label runs every pair (its binary holds only this test: ctest labels tests by name); the default set the
+// deepest pipeline over the most micro-batches.
+#ifdef DSCPP_LONG_SWEEP
+TEST(PipelineLong, GptTrainPipelinedOverEveryDepthAndMicroBatchCount) { sweep({2, 4}, {1, 2, 8}); }
+#else
+TEST(Pipeline, GptTrainPipelinedOverFourStagesAndEightMicroBatches) { sweep({4}, {8}); }
+
+// Dropout pipelined follows the documented rule (stage s draws from a generator seeded --seed + 100·s): the losses
+// of the one-process run that draws each stage's layers that way, within 1e-5; and dropout changes the run.
+TEST(Pipeline, GptTrainPipelinedDropoutDrawsEachStageFromItsOwnSeed) {
+  const auto dir = temp_dir("pp_dropout");
+  const auto reference = run_command(self() + " --worker dropout_reference " + (dir / "losses").string());
+  ASSERT_EQ(reference.code, 0) << reference.err;
+  std::vector<double> want;
+  std::istringstream in(read_text(dir / "losses"));
+  for (double loss; in >> loss;) want.push_back(loss);
+  ASSERT_EQ(want.size(), 20u);
+  const auto got = gpt_train(2, 0, 2, "--pipeline_parallel 2 --dropout 0.1");
+  const auto plain = gpt_train(2, 0, 2, "--pipeline_parallel 2");
+  ASSERT_EQ(got.size(), 20u);
+  ASSERT_EQ(plain.size(), 20u);
+  EXPECT_GT(std::abs(got[0]["loss"].get<double>() - plain[0]["loss"].get<double>()), 1e-3) << "dropout must act";
+  for (size_t k = 0; k < want.size(); ++k) EXPECT_NEAR(got[k]["loss"].get<double>(), want[k], 1e-5) << "step " << k + 1;
 }
 
 // The rules a pipeline must meet, each named with its numbers.
@@ -258,6 +345,8 @@ TEST(Pipeline, GptTrainNamesWhatDoesNotPipeline) {
   }
 }
 
+#endif
+
 }  // namespace
 }  // namespace dscpp::testing
 
@@ -265,7 +354,7 @@ int main(int argc, char** argv) {
   dscpp::testing::self_path = argv[0];
   if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
     try {
-      return dscpp::testing::worker(argv[2]);
+      return dscpp::testing::worker(argv[2], argc >= 4 ? argv[3] : "");
     } catch (const std::exception& e) {
       std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
       return 1;

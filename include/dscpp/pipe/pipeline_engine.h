@@ -15,12 +15,14 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dscpp/comm/topology.h"
 #include "dscpp/engine/engine.h"
+#include "dscpp/pipe/partition.h"
 #include "dscpp/pipe/schedule.h"
 
 namespace dscpp {
@@ -96,6 +98,10 @@ class PipelineEngine {
     std::shared_ptr<Comm> comm;  // the copies' stages of this replica; rank 0 is the earliest stage
     std::vector<torch::Tensor> params;
   };
+  // The tie groups of ties_ this stage holds a copy in (collective over the world); names the copies whose gradient
+  // an earlier stage counts in the norm.
+  void connect_ties(std::set<std::string>& counted_elsewhere);
+  std::string describe(const std::vector<LayerInfo>& infos, const std::vector<PipeLayer>& all) const;
   // The stage's layers, with activation checkpointing every activation_checkpoint_interval layers.
   torch::Tensor run_layers(const torch::Tensor& input);
   void forward(int micro, const MicroBatch& batch);

@@ -99,7 +99,8 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   }
   normalize_legacy_offload(doc);
   // DeepSpeed's default "stages": "auto" leaves the count to the program's PipelineModule; here that is the default.
-  if (doc.contains("pipeline") && doc["pipeline"].is_object() && doc["pipeline"].value("stages", nlohmann::json()) == "auto") {
+  if (doc.contains("pipeline") && doc["pipeline"].is_object() &&
+      doc["pipeline"].value("stages", nlohmann::json()) == "auto") {
     doc["pipeline"].erase("stages");
   }
   fill_auto(doc, options.auto_values);

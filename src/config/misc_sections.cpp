@@ -69,8 +69,6 @@ CheckpointConfig parse_checkpoint(JsonReader& s) {
   return c;
 }
 
-}  // namespace
-
 PipelineConfig parse_pipeline(JsonReader& s) {
   PipelineConfig c;
   c.stages = static_cast<int>(s.get_int("stages", 1, 1));
@@ -86,6 +84,8 @@ PipelineConfig parse_pipeline(JsonReader& s) {
   s.finish();
   return c;
 }
+
+}  // namespace
 
 void parse_misc_sections(JsonReader& root, Config& config) {
   JsonReader pipeline = root.section("pipeline");

@@ -389,7 +389,8 @@ void Engine::set_model_parallel(const InitOptions& options) {
       throw std::invalid_argument(std::string("InitOptions::") +
                                   (names == &options.model_parallel_params ? "model_parallel_params"
                                                                            : "norm_counted_elsewhere") +
-                                  " names '" + *unknown.begin() + "', which is not a trainable parameter of this model");
+                                  " names '" + *unknown.begin() +
+                                  "', which is not a trainable parameter of this model");
     }
   }
   // A group of one rank is the whole model along that axis: nothing to join.

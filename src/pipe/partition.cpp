@@ -76,7 +76,8 @@ std::vector<int> partition_layers(const std::vector<LayerInfo>& layers, int stag
     if (matched == 0) {
       std::string types;
       for (const auto& layer : layers) {
-        if (types.find("'" + layer.type + "'") == std::string::npos) types += (types.empty() ? "'" : ", '") + layer.type + "'";
+        const std::string quoted = "'" + layer.type + "'";
+        if (types.find(quoted) == std::string::npos) types += (types.empty() ? "" : ", ") + quoted;
       }
       throw std::invalid_argument("pipeline partition method '" + method + "' matches none of the layer types (" +
                                   types + ")");

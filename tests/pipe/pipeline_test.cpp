@@ -78,8 +78,9 @@ int counts() {
     s.groups.pipe->all_reduce(sum).wait();
     const std::string where = "pipe " + std::to_string(pipe) + ", stage " + std::to_string(pipeline.stage());
     if (sum.item<int64_t>() != whole + wte) {
-      throw std::runtime_error(where + ": stages hold " + std::to_string(sum.item<int64_t>()) + " parameters, the model " +
-                               std::to_string(whole) + " + the tied copy " + std::to_string(wte));
+      throw std::runtime_error(where + ": stages hold " + std::to_string(sum.item<int64_t>()) +
+                               " parameters, the model " + std::to_string(whole) + " + the tied copy " +
+                               std::to_string(wte));
     }
     int64_t expected = 0;
     if (pipe == 4) {

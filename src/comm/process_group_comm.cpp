@@ -396,22 +396,23 @@ void ProcessGroupComm::check_peer(const char* op, int peer) const {
 }
 
 // Point to point moves bits, never adds them: bf16 goes as fp16 bits where the backend lacks bf16.
-Handle ProcessGroupComm::send(const torch::Tensor& tensor, int peer, int tag) {
-  check_dense("send", "tensor", tensor);
-  check_peer("send", peer);
+Handle ProcessGroupComm::point_to_point(bool sending, const torch::Tensor& tensor, int peer, int tag) {
+  const char* op = sending ? "send" : "recv";
+  check_dense(op, "tensor", tensor);
+  check_peer(op, peer);
   if (tensor.numel() == 0) return {};
   std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
-  return launch(describe("send", tensor) + " to rank " + std::to_string(peer),
-                [&] { return group_->send(tensors, peer, tag); });
+  return launch(describe(op, tensor) + (sending ? " to rank " : " from rank ") + std::to_string(peer), [&] {
+    return sending ? group_->send(tensors, peer, tag) : group_->recv(tensors, peer, tag);
+  });
+}
+
+Handle ProcessGroupComm::send(const torch::Tensor& tensor, int peer, int tag) {
+  return point_to_point(/*sending=*/true, tensor, peer, tag);
 }
 
 Handle ProcessGroupComm::recv(torch::Tensor& tensor, int peer, int tag) {
-  check_dense("recv", "tensor", tensor);
-  check_peer("recv", peer);
-  if (tensor.numel() == 0) return {};
-  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
-  return launch(describe("recv", tensor) + " from rank " + std::to_string(peer),
-                [&] { return group_->recv(tensors, peer, tag); });
+  return point_to_point(/*sending=*/false, tensor, peer, tag);
 }
 
 Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {

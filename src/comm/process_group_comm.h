@@ -71,7 +71,8 @@ class ProcessGroupComm final : public Comm {
   Handle launch(const std::string& what, const Issue& issue, std::function<void()> finish = nullptr);
   std::string prefix() const;
   bool widen(const torch::Tensor& t) const;
-  void check_peer(const char* op, int peer) const;  // bf16 arithmetic the backend cannot do: use an fp32 temporary
+  void check_peer(const char* op, int peer) const;
+  Handle point_to_point(bool sending, const torch::Tensor& tensor, int peer, int tag);  // send and recv  // bf16 arithmetic the backend cannot do: use an fp32 temporary
 
   c10::intrusive_ptr<compat::ProcessGroupBase> group_;
   c10::intrusive_ptr<c10d::Store> store_;

@@ -255,8 +255,17 @@ void PipelineEngine::backward(int micro) {
   --in_flight_;
 }
 
-void PipelineEngine::keep_sending(Handle handle, torch::Tensor tensor) {
-  sends_.emplace_back(std::move(handle), std::move(tensor));
+void PipelineEngine::keep_sending(PipeOp op, int micro, Handle handle, torch::Tensor tensor) {
+  sends_.push_back({op, micro, std::move(handle), std::move(tensor)});
+}
+
+void PipelineEngine::release_sends(PipeOp op, int up_to) {
+  auto done = [&](PendingSend& send) {
+    if (send.op != op || send.micro > up_to) return false;
+    wait_idle(send.handle);
+    return true;
+  };
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), done), sends_.end());
 }
 
 void PipelineEngine::send_activation(int micro) {
@@ -270,8 +279,8 @@ void PipelineEngine::send_activation(int micro) {
   for (int64_t d = 0; d < out.dim(); ++d) values.push_back(out.size(d));
   header.narrow(0, 0, static_cast<int64_t>(values.size())).copy_(torch::tensor(values, torch::kLong));
   auto& pipe = *groups_.pipe;
-  keep_sending(pipe.send(header, stage() + 1, kActivationTag), header);
-  keep_sending(pipe.send(out, stage() + 1, kActivationTag), out);
+  keep_sending(PipeOp::kSendActivation, micro, pipe.send(header, stage() + 1, kActivationTag), header);
+  keep_sending(PipeOp::kSendActivation, micro, pipe.send(out, stage() + 1, kActivationTag), out);
 }
 
 void PipelineEngine::recv_activation(int micro) {
@@ -293,12 +302,15 @@ void PipelineEngine::recv_activation(int micro) {
   wait_idle(received);
   if (x.is_floating_point()) x.requires_grad_(true);
   inputs_[micro] = x;
+  // The previous stage (warm-up p − s) sends activation k + p − s + 1 only after it has received gradient k, so
+  // the gradients this stage sent for micro-batches up to micro − (p − s) − 1 have arrived.
+  release_sends(PipeOp::kSendGrad, micro - (stages() - stage()) - 1);
 }
 
 void PipelineEngine::send_grad(int micro) {
   auto& input = inputs_[micro];
   auto grad = input.grad().defined() ? input.grad().contiguous() : torch::zeros_like(input);
-  keep_sending(groups_.pipe->send(grad, stage() - 1, kGradTag), grad);
+  keep_sending(PipeOp::kSendGrad, micro, groups_.pipe->send(grad, stage() - 1, kGradTag), grad);
   input = torch::Tensor();
 }
 
@@ -307,6 +319,8 @@ void PipelineEngine::recv_grad(int micro) {
   auto received = groups_.pipe->recv(grad, stage() + 1, kGradTag);
   wait_idle(received);
   output_grads_[micro] = grad;
+  // A gradient for micro-batch `micro` means its activation arrived: that send is complete.
+  release_sends(PipeOp::kSendActivation, micro);
 }
 
 void PipelineEngine::reduce_tied_grads() {
@@ -351,8 +365,8 @@ double PipelineEngine::train_batch(const std::function<MicroBatch(int micro)>& m
       case PipeOp::kSendGrad: send_grad(micro); break;
     }
   }
-  for (auto& [handle, tensor] : sends_) wait_idle(handle);
-  sends_.clear();
+  release_sends(PipeOp::kSendActivation, m);
+  release_sends(PipeOp::kSendGrad, m);
   sample_memory();
   stats_.batch_s = seconds_since(start);
   reduce_tied_grads();

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "../common/gpt_train_runs.h"
 #include "../common/multiprocess.h"
 #include "dscpp/dscpp.h"
 #include "model/gpt.h"
@@ -258,36 +259,11 @@ TEST(TensorParallel, TheEngineTrainsASlicedModelAsTheWholeOne) {
 // over 2 × 2 with ZeRO-1 and ZeRO-3 (built partitioned) over the data-parallel pairs, give the per-step losses and
 // gradient norms of stage 0 on one process.
 std::vector<nlohmann::json> gpt_train(int world, int stage, const std::string& extra) {
-  const auto dir = temp_dir("tp_gpt_" + std::to_string(world) + "_" + std::to_string(stage) + extra.substr(0, 4));
-  const auto config = dir / "ds.json";
-  std::ofstream(config) << nlohmann::json{{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 4},
-                                          {"gradient_clipping", 1.0}, {"zero_optimization", {{"stage", stage}}},
-                                          {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}}
-                               .dump();
-  const auto metrics = dir / "metrics.jsonl";
-  const auto ranks = run_ranks(world,
-                               std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32 "
-                               "--steps 20 --deepspeed_config " + config.string() + " --metrics " + metrics.string() +
-                                   " " + extra,
-                               "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
-  for (int r = 0; r < world; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-  std::vector<nlohmann::json> rows;
-  std::istringstream in(read_text(metrics));
-  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
-  return rows;
-}
-
-void compare_losses(const std::vector<nlohmann::json>& sliced, const std::vector<nlohmann::json>& whole) {
-  ASSERT_EQ(sliced.size(), whole.size());
-  for (size_t k = 0; k < whole.size(); ++k) {
-    EXPECT_NEAR(sliced[k]["loss"].get<double>(), whole[k]["loss"].get<double>(), 1e-5) << "step " << k + 1;
-    // The norm is a sum over every gradient, each computed in another order when sliced (the sums over heads, MLP
-    // width and vocabulary split in p); at loss spikes that moves it by up to 3e-4 of itself (measured: step 15 of
-    // the plain run, step 20 with dropout). TheEngineTrainsASlicedModelAsTheWholeOne checks the counting at 1e-5.
-    EXPECT_NEAR(sliced[k]["grad_norm"].get<double>(), whole[k]["grad_norm"].get<double>(),
-                1e-3 * whole[k]["grad_norm"].get<double>())
-        << "step " << k + 1;
-  }
+  return gpt_train_metrics(world,
+                           {{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_clipping", 1.0},
+                            {"zero_optimization", {{"stage", stage}}},
+                            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}},
+                           extra);
 }
 
 TEST(TensorParallel, GptTrainSlicedGivesTheOneProcessLosses) {
@@ -296,7 +272,7 @@ TEST(TensorParallel, GptTrainSlicedGivesTheOneProcessLosses) {
   for (const auto& [world, stage] : std::vector<std::pair<int, int>>{{2, 0}, {4, 1}, {4, 3}}) {
     SCOPED_TRACE("world " + std::to_string(world) + ", ZeRO-" + std::to_string(stage));
     const auto sliced = gpt_train(world, stage, "--tensor_parallel 2");
-    compare_losses(sliced, whole);
+    expect_same_trajectory(sliced, whole);
   }
 }
 
@@ -309,8 +285,8 @@ TEST(TensorParallel, GptTrainSlicedDropsWhatTheUnslicedRunDrops) {
   const auto one = gpt_train(1, 0, flags);
   EXPECT_GT(std::abs(one[0]["loss"].get<double>() - gpt_train(1, 0, "")[0]["loss"].get<double>()), 1e-3)
       << "dropout must change the run";
-  compare_losses(gpt_train(2, 0, flags + "--tensor_parallel 2"), one);
-  compare_losses(gpt_train(4, 3, flags + "--tensor_parallel 2"), gpt_train(2, 3, flags));
+  expect_same_trajectory(gpt_train(2, 0, flags + "--tensor_parallel 2"), one);
+  expect_same_trajectory(gpt_train(4, 3, flags + "--tensor_parallel 2"), gpt_train(2, 3, flags));
 }
 
 // The rules a sliced GPT must meet, each named with its numbers.

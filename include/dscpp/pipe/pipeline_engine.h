@@ -111,7 +111,17 @@ class PipelineEngine {
   void send_grad(int micro);
   void recv_grad(int micro);
   void reduce_tied_grads();
-  void keep_sending(Handle handle, torch::Tensor tensor);
+  // A send in flight: what it sends stays alive until it is known complete.
+  struct PendingSend {
+    PipeOp op;  // kSendActivation or kSendGrad
+    int micro;
+    Handle handle;
+    torch::Tensor tensor;
+  };
+  void keep_sending(PipeOp op, int micro, Handle handle, torch::Tensor tensor);
+  // Waits for (already complete, see the callers) and drops the `op` sends of micro-batches <= `up_to`, so what they
+  // hold is freed as the schedule goes rather than at the end of the batch.
+  void release_sends(PipeOp op, int up_to);
   void wait_idle(Handle& handle);  // waits, counting the time as idle
   void sample_memory();            // folds the tracker's peak in before the engine resets it
 
@@ -129,7 +139,7 @@ class PipelineEngine {
   // on the last stage, the loss) and the gradient received for it.
   std::vector<torch::Tensor> inputs_, outputs_, output_grads_;
   torch::Device device_{torch::kCPU};
-  std::vector<std::pair<Handle, torch::Tensor>> sends_;  // sends not yet known complete, with what they send
+  std::vector<PendingSend> sends_;
   int in_flight_ = 0;
   int64_t memory_base_ = 0;
   PipeStepStats stats_;

@@ -1,6 +1,6 @@
 """One training run both ways — through dscpp's engine and as a plain PyTorch loop — over the same model, data and
 settings, so tests can compare per-step losses. Micro-batch k of rank r in a step is chunk k·world + r of the
-global batch; the plain loop runs the same chunks one after another (BatchNorm sees the same micro-batches)."""
+global batch; the plain loop runs the same chunks, rank by rank (BatchNorm sees the same micro-batches)."""
 import json
 
 import torch
@@ -68,16 +68,31 @@ def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", pre
 
 
 def reference_losses(kind, grad_accum, world, steps, grouped=False):
+    """The plain loop over the same chunks. Gradients are summed in the order data parallelism sums them: each
+    rank's micro-batches (k·world + r) in turn, then the ranks' sums in rank order, as the all-reduce adds them.
+    Adding the chunks one after another instead rounds differently, and a ResNet's BatchNorm amplifies that past
+    1e-5 within three steps on some CPUs (seen on AVX-512 machines)."""
     model = make_model(kind)
     optimizer = torch.optim.AdamW(decay_groups(model) if grouped else model.parameters(), lr=LR, weight_decay=WD)
+    params = [p for p in model.parameters() if p.requires_grad]
     chunks = grad_accum * world
     losses = []
     for batch in global_batches(kind, steps, MICRO * chunks):
         total = 0.0
-        for c in range(chunks):
-            loss = model(*chunk(batch, c, MICRO))
-            (loss / chunks).backward()
-            total += loss.item()
+        rank_sums = []
+        for rank in range(world):
+            for k in range(grad_accum):
+                loss = model(*chunk(batch, k * world + rank, MICRO))
+                (loss / chunks).backward()
+                total += loss.item()
+            rank_sums.append([None if p.grad is None else p.grad.clone() for p in params])
+            optimizer.zero_grad()
+        for i, p in enumerate(params):
+            grads = [sums[i] for sums in rank_sums if sums[i] is not None]
+            if grads:
+                p.grad = grads[0]
+                for g in grads[1:]:
+                    p.grad = p.grad + g
         torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         optimizer.step()
         optimizer.zero_grad()

@@ -316,12 +316,13 @@ int run(const Args& a) {
   if (tp > 1 || pp > 1) {
     const std::string layout = tp > 1 ? "tensor parallelism (" + std::to_string(tp) + " ranks per model)"
                                       : "pipeline parallelism (" + std::to_string(pp) + " stages)";
-    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--save_dir", &a.save_dir},
-                                      {"--load_dir", &a.load_dir}, {"--init_from", &a.init_from},
+    // Checkpoints (--save_dir, --load_dir) are parts of whole parameters, any layout; these write or read whole
+    // weights from one rank's copy.
+    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--init_from", &a.init_from},
                                       {"--save_16bit", &a.save_16bit}}) {
       if (!value->empty()) {
-        throw std::invalid_argument(std::string(flag) + " with " + layout + " is not supported yet: checkpoints of "
-                                    "sliced models are not written or read yet");
+        throw std::invalid_argument(std::string(flag) + " with " + layout + " is not supported yet: it reads or "
+                                    "writes whole weights; use --save_dir and `dscpp consolidate` for the whole model");
       }
     }
   }
@@ -339,6 +340,7 @@ int run(const Args& a) {
   if (groups && pp == 1) {  // a pipeline's engine takes its groups from PipelineEngine
     init.comm = groups->data;
     init.model_parallel_group = groups->model;
+    init.world_group = groups->world;
   }
   if (!config.optimizer) {
     init.client_optimizer = hf_trainer_adamw(a);
@@ -357,7 +359,7 @@ int run(const Args& a) {
   }
   torch::manual_seed(a.seed);
   auto model = gpt::Gpt(model_cfg, block_built, groups ? groups->model : nullptr);
-  init.model_parallel_params = model->tensor_parallel_params();
+  init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
     for (auto& child : model->named_children()) {

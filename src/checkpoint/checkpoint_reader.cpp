@@ -1,6 +1,7 @@
 // CheckpointReader: ranges of parameters from the fragments that hold them, every byte checked.
 #include "dscpp/checkpoint/checkpoint_reader.h"
 
+#include <algorithm>
 #include <filesystem>
 
 namespace fs = std::filesystem;
@@ -12,6 +13,7 @@ CheckpointReader::CheckpointReader(std::string tag_dir)
   for (int r = 0; r < manifest_.world_size; ++r) {
     for (const auto& f : manifest_.files[r].fragments) fragments_[f.param].emplace_back(r, &f);
   }
+  for (const auto& p : manifest_.params) params_.emplace(p.name, &p);
 }
 
 SafetensorsReader& CheckpointReader::file(int rank) {
@@ -59,13 +61,29 @@ torch::Tensor CheckpointReader::read(int rank, const std::string& name) {
 }
 
 void CheckpointReader::read_range(const std::string& kind, const std::string& param, int64_t begin,
-                                  torch::Tensor out) {
+                                  torch::Tensor out, const TensorSlice* slice) {
   if (out.numel() == 0) return;  // an empty parameter has no fragments
   auto it = fragments_.find(param);
   if (it == fragments_.end()) throw CheckpointError(tag_dir_ + ": the checkpoint has no parameter '" + param + "'");
+  const auto& fragments = it->second;
+  // Every fragment of the reader's own flattening (both whole, or the same slice): read straight from them.
+  const bool same = std::all_of(fragments.begin(), fragments.end(), [&](const auto& f) {
+    return slice ? (f.second->slice && *f.second->slice == *slice) : !f.second->slice;
+  });
+  if (same) {
+    read_fragments(shard_tensor_name(kind, param), fragments, begin, out);
+    return;
+  }
+  const auto& whole = assemble(kind, param, out.options());
+  const auto mine = slice ? slice->take(whole).view({-1}) : whole;
+  out.copy_(mine.narrow(0, begin, out.numel()));
+}
+
+void CheckpointReader::read_fragments(const std::string& name,
+                                      const std::vector<std::pair<int, const Fragment*>>& fragments, int64_t begin,
+                                      torch::Tensor out) {
   const int64_t end = begin + out.numel();
-  const auto name = shard_tensor_name(kind, param);
-  for (const auto& [rank, have] : it->second) {
+  for (const auto& [rank, have] : fragments) {
     const int64_t from = std::max(begin, have->begin), to = std::min(end, have->begin + have->numel);
     if (from >= to) continue;
     auto place = out.narrow(0, from - begin, to - from);
@@ -77,6 +95,35 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& pa
       place.copy_(whole.narrow(0, from - have->begin, to - from));
     }
   }
+}
+
+const torch::Tensor& CheckpointReader::assemble(const std::string& kind, const std::string& param,
+                                                const torch::TensorOptions& options) {
+  if (assembled_param_ != param) {
+    assembled_.clear();
+    assembled_param_ = param;
+  }
+  auto& whole = assembled_[kind];
+  if (whole.defined() && whole.scalar_type() == options.dtype()) return whole;
+  const auto& entry = *params_.at(param);
+  whole = torch::empty({entry.numel()}, options);
+  // Group the fragments by the writer's flattening: the whole's, or each slice's.
+  std::map<std::string, std::vector<std::pair<int, const Fragment*>>> by_slice;
+  for (const auto& f : fragments_.at(param)) {
+    by_slice[f.second->slice ? f.second->slice->to_json().dump() : ""].push_back(f);
+  }
+  const auto name = shard_tensor_name(kind, param);
+  for (const auto& [key, fragments] : by_slice) {
+    const auto* slice = fragments.front().second->slice ? &*fragments.front().second->slice : nullptr;
+    if (!slice) {
+      read_fragments(name, fragments, 0, whole);
+      continue;
+    }
+    auto local = torch::empty({slice->numel()}, options);
+    read_fragments(name, fragments, 0, local);
+    slice->put(local, whole);
+  }
+  return whole;
 }
 
 }  // namespace dscpp

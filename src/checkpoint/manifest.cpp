@@ -42,25 +42,93 @@ std::string shard_file_name(int rank) {
   return name;
 }
 
+nlohmann::json to_json(const ParamEntry& p) { return {{"name", p.name}, {"shape", p.shape}}; }
+
+nlohmann::json to_json(const ModuleStateEntry& e) {
+  nlohmann::json out = {{"name", e.name}, {"shape", e.shape}, {"dtype", safetensors_dtype(e.dtype)},
+                        {"frozen", e.frozen}};
+  if (e.rank != 0) out["rank"] = e.rank;
+  return out;
+}
+
+nlohmann::json ShardFile::to_json() const {
+  nlohmann::json fragments_json = nlohmann::json::array();
+  for (const auto& fr : fragments) {
+    nlohmann::json entry = {fr.param, fr.begin, fr.numel};
+    if (fr.slice) entry.push_back(fr.slice->to_json());
+    fragments_json.push_back(entry);
+  }
+  return {{"rank", rank}, {"file", file}, {"bytes", bytes}, {"crc32", crc32}, {"fragments", fragments_json},
+          {"tensor_crc32", tensor_crc32}};
+}
+
+ParamEntry param_entry_from_json(const nlohmann::json& p, const std::string& source) {
+  ParamEntry entry{get<std::string>(p, "name", source, "params[]"),
+                   get<std::vector<int64_t>>(p, "shape", source, "params[]")};
+  int64_t numel = 1;
+  for (int64_t d : entry.shape) {
+    if (d < 0 || (d > 0 && numel > (int64_t{1} << 62) / d)) {
+      throw CheckpointError(source + ": parameter '" + entry.name + "' has an impossible shape");
+    }
+    numel *= d;
+  }
+  return entry;
+}
+
+ModuleStateEntry module_state_entry_from_json(const nlohmann::json& e, const std::string& source) {
+  const auto dtype = get<std::string>(e, "dtype", source, "module_state[]");
+  torch::ScalarType type;
+  try {
+    type = safetensors_scalar_type(dtype);
+  } catch (const std::invalid_argument& error) {
+    throw CheckpointError(source + ": module_state[]: " + error.what());
+  }
+  return {get<std::string>(e, "name", source, "module_state[]"),
+          get<std::vector<int64_t>>(e, "shape", source, "module_state[]"), type,
+          get<bool>(e, "frozen", source, "module_state[]"), e.is_object() ? e.value("rank", 0) : 0};
+}
+
+ShardFile ShardFile::from_json(const nlohmann::json& f, const std::string& source) {
+  ShardFile file;
+  file.rank = get<int>(f, "rank", source, "files[]");
+  file.file = get<std::string>(f, "file", source, "files[]");
+  file.bytes = get<int64_t>(f, "bytes", source, "files[]");
+  file.crc32 = get<uint32_t>(f, "crc32", source, "files[]");
+  file.tensor_crc32 = get<std::map<std::string, uint32_t>>(f, "tensor_crc32", source, "files[]");
+  if (file.file.empty() || file.file.find('/') != std::string::npos || file.file[0] == '.') {
+    throw CheckpointError(source + ": shard file name '" + file.file + "' is not a plain file name");
+  }
+  for (const auto& fr : get<nlohmann::json>(f, "fragments", source, "files[]")) {
+    if (!fr.is_array() || fr.size() < 3 || fr.size() > 4 || !fr[0].is_string() || !fr[1].is_number_integer() ||
+        !fr[2].is_number_integer()) {
+      throw CheckpointError(source + ": " + file.file + ": a fragment is not [param, begin, numel] or [param, begin, "
+                            "numel, slice]: " + fr.dump());
+    }
+    Fragment fragment{fr[0].get<std::string>(), fr[1].get<int64_t>(), fr[2].get<int64_t>(), std::nullopt};
+    if (fr.size() == 4) {
+      try {
+        fragment.slice = TensorSlice::from_json(fr[3]);
+      } catch (const std::invalid_argument& e) {
+        throw CheckpointError(source + ": " + file.file + ": fragment of '" + fragment.param + "': " + e.what());
+      }
+    }
+    file.fragments.push_back(std::move(fragment));
+  }
+  return file;
+}
+
 nlohmann::json Manifest::to_json() const {
   nlohmann::json params_json = nlohmann::json::array();
-  for (const auto& p : params) params_json.push_back({{"name", p.name}, {"shape", p.shape}});
+  for (const auto& p : params) params_json.push_back(dscpp::to_json(p));
   nlohmann::json module_json = nlohmann::json::array();
-  for (const auto& e : module_state) {
-    module_json.push_back(
-        {{"name", e.name}, {"shape", e.shape}, {"dtype", safetensors_dtype(e.dtype)}, {"frozen", e.frozen}});
-  }
+  for (const auto& e : module_state) module_json.push_back(dscpp::to_json(e));
   nlohmann::json files_json = nlohmann::json::array();
-  for (const auto& f : files) {
-    nlohmann::json fragments = nlohmann::json::array();
-    for (const auto& fr : f.fragments) fragments.push_back({fr.param, fr.begin, fr.numel});
-    files_json.push_back({{"rank", f.rank}, {"file", f.file}, {"bytes", f.bytes}, {"crc32", f.crc32},
-                          {"fragments", fragments}, {"tensor_crc32", f.tensor_crc32}});
-  }
+  for (const auto& f : files) files_json.push_back(f.to_json());
   return {{"format", "deepspeed.cpp checkpoint"},
           {"version", version},
           {"tag", tag},
           {"world_size", world_size},
+          {"layout", {{"pipeline_parallel", pipeline_parallel}, {"tensor_parallel", tensor_parallel}}},
           {"zero_stage", zero_stage},
           {"compute_dtype", compute_dtype},
           {"global_steps", global_steps},
@@ -127,17 +195,12 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
   m.loss_scaler.hysteresis = get<int>(scaler, "hysteresis", source, "loss_scaler");
   // Written since module state was saved; a manifest without it has none (the load keeps the model's own).
   for (const auto& e : json.value("module_state", nlohmann::json::array())) {
-    const auto dtype = get<std::string>(e, "dtype", source, "module_state[]");
-    torch::ScalarType type;
-    try {
-      type = safetensors_scalar_type(dtype);
-    } catch (const std::invalid_argument& error) {
-      throw CheckpointError(source + ": module_state[]: " + error.what());
-    }
-    m.module_state.push_back({get<std::string>(e, "name", source, "module_state[]"),
-                              get<std::vector<int64_t>>(e, "shape", source, "module_state[]"), type,
-                              get<bool>(e, "frozen", source, "module_state[]")});
+    m.module_state.push_back(module_state_entry_from_json(e, source));
   }
+  // Written since 3D parallelism; a manifest without it was written by data parallelism alone.
+  const auto layout = json.value("layout", nlohmann::json::object());
+  m.pipeline_parallel = layout.value("pipeline_parallel", 1);
+  m.tensor_parallel = layout.value("tensor_parallel", 1);
   m.config = json.value("config", nlohmann::json());
   m.client_state = json.value("client_state", nlohmann::json());
   if (m.world_size < 1 || m.zero_stage < 0 || m.zero_stage > 3) {
@@ -147,53 +210,44 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
 
   std::map<std::string, size_t> param_index;
   for (const auto& p : get<nlohmann::json>(json, "params", source)) {
-    ParamEntry entry{get<std::string>(p, "name", source, "params[]"),
-                     get<std::vector<int64_t>>(p, "shape", source, "params[]")};
-    int64_t numel = 1;
-    for (int64_t d : entry.shape) {
-      if (d < 0 || (d > 0 && numel > (int64_t{1} << 62) / d)) {
-        throw CheckpointError(source + ": parameter '" + entry.name + "' has an impossible shape");
-      }
-      numel *= d;
-    }
+    auto entry = param_entry_from_json(p, source);
     if (!param_index.emplace(entry.name, m.params.size()).second) {
       throw CheckpointError(source + ": parameter '" + entry.name + "' listed twice");
     }
     m.params.push_back(std::move(entry));
   }
 
-  // Every parameter must be tiled exactly by the fragments of all files, or some values would be missing.
-  std::vector<std::vector<std::pair<int64_t, int64_t>>> cover(m.params.size());
+  // Every parameter must be tiled exactly by the fragments of all files, or some values would be missing: the whole
+  // parameter's elements by its unsliced fragments, or each slice's elements by its fragments and the parameter's
+  // dimension by the slices' pieces.
+  struct Cover {
+    std::vector<std::pair<int64_t, int64_t>> ranges;  // of the flattened parameter or slice
+    std::optional<TensorSlice> slice;
+  };
+  std::vector<std::map<std::string, Cover>> cover(m.params.size());  // per parameter, by slice ("" = unsliced)
   for (const auto& f : get<nlohmann::json>(json, "files", source)) {
-    ShardFile file;
-    file.rank = get<int>(f, "rank", source, "files[]");
-    file.file = get<std::string>(f, "file", source, "files[]");
-    file.bytes = get<int64_t>(f, "bytes", source, "files[]");
-    file.crc32 = get<uint32_t>(f, "crc32", source, "files[]");
-    file.tensor_crc32 = get<std::map<std::string, uint32_t>>(f, "tensor_crc32", source, "files[]");
-    if (file.file.empty() || file.file.find('/') != std::string::npos || file.file[0] == '.') {
-      throw CheckpointError(source + ": shard file name '" + file.file + "' is not a plain file name");
-    }
-    for (const auto& fr : get<nlohmann::json>(f, "fragments", source, "files[]")) {
-      if (!fr.is_array() || fr.size() != 3 || !fr[0].is_string() || !fr[1].is_number_integer() ||
-          !fr[2].is_number_integer()) {
-        throw CheckpointError(source + ": " + file.file + ": a fragment is not [param, begin, numel]: " + fr.dump());
-      }
-      Fragment fragment{fr[0].get<std::string>(), fr[1].get<int64_t>(), fr[2].get<int64_t>()};
+    ShardFile file = ShardFile::from_json(f, source);
+    for (const auto& fragment : file.fragments) {
       auto it = param_index.find(fragment.param);
       if (it == param_index.end()) {
         throw CheckpointError(source + ": " + file.file + " holds a fragment of '" + fragment.param +
                               "', which is not in \"params\"");
       }
-      const int64_t param_numel = m.params[it->second].numel();
-      if (fragment.begin < 0 || fragment.numel <= 0 || fragment.begin > param_numel ||
-          fragment.numel > param_numel - fragment.begin) {
+      const auto& param = m.params[it->second];
+      if (fragment.slice && fragment.slice->whole_shape != param.shape) {
+        throw CheckpointError(source + ": " + file.file + ": a slice of '" + fragment.param + "' of a tensor of " +
+                              "another shape than the parameter's");
+      }
+      const int64_t numel = fragment.slice ? fragment.slice->numel() : param.numel();
+      if (fragment.begin < 0 || fragment.numel <= 0 || fragment.begin > numel ||
+          fragment.numel > numel - fragment.begin) {
         throw CheckpointError(source + ": " + file.file + ": fragment of '" + fragment.param + "' [" +
                               std::to_string(fragment.begin) + ", +" + std::to_string(fragment.numel) +
-                              ") is outside the parameter");
+                              ") is outside the " + (fragment.slice ? "slice" : "parameter"));
       }
-      cover[it->second].emplace_back(fragment.begin, fragment.numel);
-      file.fragments.push_back(std::move(fragment));
+      auto& c = cover[it->second][fragment.slice ? fragment.slice->to_json().dump() : ""];
+      c.slice = fragment.slice;
+      c.ranges.emplace_back(fragment.begin, fragment.numel);
     }
     m.files.push_back(std::move(file));
   }
@@ -205,20 +259,50 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
     if (m.files[r].rank != r) throw CheckpointError(source + ": files are not listed by rank (entry " +
                                                     std::to_string(r) + " is rank " + std::to_string(m.files[r].rank) + ")");
   }
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    auto& ranges = cover[i];
+  for (const auto& e : m.module_state) {
+    if (e.rank < 0 || e.rank >= m.world_size) {
+      throw CheckpointError(source + ": module tensor '" + e.name + "' is in the file of rank " +
+                            std::to_string(e.rank) + ", of " + std::to_string(m.world_size));
+    }
+  }
+  // Sorted by start, each range must begin where the previous ended: no gap, no overlap; returns where they end.
+  const auto tiled_to = [](std::vector<std::pair<int64_t, int64_t>> ranges) -> int64_t {
     std::sort(ranges.begin(), ranges.end());
-    int64_t next = 0;  // sorted by start, each range must begin where the previous ended: no gap, no overlap
-    bool tiled = true;
+    int64_t next = 0;
     for (const auto& [begin, numel] : ranges) {
-      tiled = tiled && begin == next;
+      if (begin != next) return -1;
       next = begin + numel;
     }
-    if (!tiled || next != m.params[i].numel()) {
-      throw CheckpointError(source + ": the shard files do not hold parameter '" + m.params[i].name +
-                            "' exactly once (covered up to element " + std::to_string(next) + " of " +
-                            std::to_string(m.params[i].numel()) + ")");
+    return next;
+  };
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    const auto& param = m.params[i];
+    const auto not_once = [&](const std::string& what) {
+      return CheckpointError(source + ": the shard files do not hold parameter '" + param.name + "' exactly once (" +
+                             what + ")");
+    };
+    const auto& slices = cover[i];
+    if (slices.count("")) {
+      if (slices.size() > 1) throw not_once("both whole fragments and slices");
+      const int64_t end = tiled_to(slices.at("").ranges);
+      if (end != param.numel()) {
+        throw not_once("covered up to element " + std::to_string(std::max<int64_t>(end, 0)) + " of " +
+                       std::to_string(param.numel()));
+      }
+      continue;
     }
+    if (slices.empty()) {
+      if (param.numel() == 0) continue;
+      throw not_once("covered up to element 0 of " + std::to_string(param.numel()));
+    }
+    std::vector<std::pair<int64_t, int64_t>> pieces;
+    const int64_t dim = slices.begin()->second.slice->dim;
+    for (const auto& [key, c] : slices) {
+      if (c.slice->dim != dim) throw not_once("slices along different dimensions");
+      if (tiled_to(c.ranges) != c.slice->numel()) throw not_once("a slice's fragments do not tile it");
+      pieces.insert(pieces.end(), c.slice->pieces.begin(), c.slice->pieces.end());
+    }
+    if (tiled_to(pieces) != param.shape[dim]) throw not_once("the slices do not tile dimension " + std::to_string(dim));
   }
   return m;
 }

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -48,14 +49,16 @@ std::string shape_text(const std::vector<int64_t>& shape) { return c10::str(c10:
 
 // Throws unless the checkpoint holds exactly this model's trainable parameters, with the same shapes.
 // `strict` false: only the parameters both have must agree (in shape), as torch's load_state_dict(strict=False).
+// `whole_model` false (a model-parallel rank holds part of the model): the checkpoint's parameters this rank does not
+// hold are another rank's to check (Checkpointer::check_all_held).
 void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, const std::string& source,
-                      bool strict) {
+                      bool strict, bool whole_model) {
   std::map<std::string, const ParamEntry*> ours;
   for (const auto& p : params) ours.emplace(p.name, &p);
   for (const auto& p : m.params) {
     auto it = ours.find(p.name);
     if (it == ours.end()) {
-      if (!strict) continue;
+      if (!strict || !whole_model) continue;
       throw CheckpointError(source + ": written for a different model: it has parameter '" + p.name +
                             "', this model does not");
     }
@@ -89,7 +92,7 @@ int64_t Checkpointer::master_offset(const ShardFragment& f) const { return s_.st
 void Checkpointer::validate_tag_across_ranks(const std::string& tag) const {
   const auto& mode = s_.config.checkpoint.tag_validation;
   if (mode == "Ignore" || world_size() == 1) return;
-  const auto hashes = s_.comm.side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(tag))});
+  const auto hashes = world().side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(tag))});
   for (int r = 0; r < static_cast<int>(hashes.size()); ++r) {
     if (hashes[r] == hashes[0]) continue;
     const std::string what = "save_checkpoint: rank " + std::to_string(r) + " saves under another tag than rank 0 "
@@ -103,12 +106,13 @@ void Checkpointer::validate_tag_across_ranks(const std::string& tag) const {
 
 std::vector<ShardFragment> Checkpointer::master_fragments() const { return s_.stage.master_fragments(rank()); }
 
-std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r, const std::vector<int>& modules) const {
+std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(const std::vector<int>& modules) const {
   const auto& layout = s_.stage.layout();
   const auto kinds = s_.optimizer.state_kinds();
   std::vector<ShardTensor> out;
-  for (const auto& f : layout.shard_fragments(r)) {
+  for (const auto& f : layout.shard_fragments(rank())) {
     const auto& name = layout.slots()[f.slot].name;
+    if (s_.written_elsewhere.count(name)) continue;
     out.push_back({shard_tensor_name(kMasterKind, name), kMasterKind, f});
     for (const auto& kind : kinds) out.push_back({shard_tensor_name(kind, name), kind, f});
     if (s_.dtype != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
@@ -116,7 +120,7 @@ std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(int r, const
   out.push_back({kRngTensor, kRngTensor, {}});
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
   if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
-  if (r == 0) {
+  if (writes_module_state()) {
     for (int i : modules) {
       out.push_back({shard_tensor_name(kModuleKind, s_.module_state[i].name), kModuleKind, {}, i});
     }
@@ -139,30 +143,20 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   const std::string tag = tag_arg.empty() ? "global_step" + std::to_string(s_.progress.global_steps) : tag_arg;
   validate_tag_across_ranks(tag);
   const std::string staging = staging_dir(save_dir, tag);
-  all_or_none(s_.comm, "save_checkpoint", [&] {
+  all_or_none(world(), "save_checkpoint", [&] {
     check_tag(tag);
-    if (rank() == 0) prepare_staging(save_dir, tag);
+    if (world_rank() == 0) prepare_staging(save_dir, tag);
   });
 
-  // 1. Every rank writes its shard file into the staging directory and keeps its size and checksums.
-  std::vector<int64_t> sums;  // file bytes, file crc, then each tensor's crc in shard_contents order
-  all_or_none(s_.comm, "save_checkpoint", [&] { sums = write_shard(staging, tag, modules); });
+  // 1. Every rank writes its shard file and its description into the staging directory.
+  all_or_none(world(), "save_checkpoint", [&] { write_shard(staging, tag, modules); });
   kill_point("shard_written");
 
-  // 2. Rank 0 learns every rank's checksums (padded to a common length), writes the manifest and publishes the tag.
-  const auto lengths = s_.comm.side_all_gather({static_cast<int64_t>(sums.size())});
-  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
-  sums.resize(longest, 0);
-  const auto all_sums = s_.comm.side_all_gather(sums);
-  all_or_none(s_.comm, "save_checkpoint", [&] {
-    if (rank() != 0) return;
-    auto manifest = describe_checkpoint(tag, client_state, modules);
-    for (int r = 0; r < world_size(); ++r) {
-      manifest.files.push_back(describe_shard(r,
-                                              std::vector<int64_t>(all_sums.begin() + r * longest,
-                                                                   all_sums.begin() + r * longest + lengths[r]),
-                                              modules));
-    }
+  // 2. Rank 0 of the run merges the descriptions into the manifest, writes it and publishes the tag.
+  all_or_none(world(), "save_checkpoint", [&] {
+    if (world_rank() != 0) return;
+    auto manifest = describe_checkpoint(tag, client_state);
+    merge_descriptions(staging, manifest);
     write_file_durably((fs::path(staging) / kManifestFile).string(), manifest.to_json().dump(1));
     kill_point("manifest_written");
     publish_staging(save_dir, tag);
@@ -174,8 +168,16 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   return (fs::path(save_dir) / tag).string();
 }
 
-std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const std::string& tag,
-                                               const std::vector<int>& modules) {
+namespace {
+
+// A rank's description beside its shard file: "rank_00003.safetensors" → "rank_00003.json".
+std::string description_file(const std::string& staging, int rank) {
+  return (fs::path(staging) / fs::path(shard_file_name(rank)).replace_extension(".json")).string();
+}
+
+}  // namespace
+
+void Checkpointer::write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules) {
   const RngState rng = RngState::capture(s_.device);
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
@@ -188,48 +190,91 @@ std::vector<int64_t> Checkpointer::write_shard(const std::string& staging, const
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
   };
-  const auto contents = shard_contents(rank(), modules);
+  const auto contents = shard_contents(modules);
   std::vector<TensorInfo> infos;
   for (const auto& t : contents) {
     const auto value = value_of(t);
     infos.push_back({t.name, t.kind == kParam16Kind ? s_.dtype : value.scalar_type(), value.sizes().vec()});
   }
-  SafetensorsWriter writer((fs::path(staging) / shard_file_name(rank())).string(), infos,
-                           {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(rank())}});
+  SafetensorsWriter writer((fs::path(staging) / shard_file_name(world_rank())).string(), infos,
+                           {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(world_rank())}});
   for (size_t i = 0; i < contents.size(); ++i) {
     writer.write(contents[i].name, value_of(contents[i]));
     if (i == contents.size() / 2) kill_point("shard_half_written");
   }
   writer.close();
-  std::vector<int64_t> sums = {writer.file_bytes(), writer.file_crc32()};
+  std::vector<uint32_t> sums;
   for (const auto& t : contents) sums.push_back(writer.tensor_crc32(t.name));
-  return sums;
+
+  nlohmann::json params = nlohmann::json::array(), module_state = nlohmann::json::array();
+  for (const auto& p : s_.params) params.push_back(to_json(p));
+  if (writes_module_state()) {
+    for (int i : modules) {
+      const auto& t = s_.module_state[i];
+      module_state.push_back(
+          to_json(ModuleStateEntry{t.name, t.tensor.sizes().vec(), t.tensor.scalar_type(), t.frozen, world_rank()}));
+    }
+  }
+  const nlohmann::json description = {
+      {"file", describe_shard(contents, writer.file_bytes(), writer.file_crc32(), sums).to_json()},
+      {"params", params},
+      {"module_state", module_state}};
+  write_file_durably(description_file(staging, world_rank()), description.dump());
 }
 
-ShardFile Checkpointer::describe_shard(int r, const std::vector<int64_t>& sums,
-                                       const std::vector<int>& modules) const {
-  const auto contents = shard_contents(r, modules);
-  if (sums.size() != contents.size() + 2) {
-    throw std::logic_error("save_checkpoint: rank " + std::to_string(r) + " wrote " + std::to_string(sums.size()) +
-                           " checksums, rank 0 expected " + std::to_string(contents.size() + 2));
-  }
-  ShardFile file{r, shard_file_name(r), sums[0], static_cast<uint32_t>(sums[1]), {}, {}};
+ShardFile Checkpointer::describe_shard(const std::vector<ShardTensor>& contents, int64_t bytes, uint32_t crc32,
+                                       const std::vector<uint32_t>& tensor_crc32) const {
+  ShardFile file{world_rank(), shard_file_name(world_rank()), bytes, crc32, {}, {}};
   for (size_t i = 0; i < contents.size(); ++i) {
     const auto& t = contents[i];
     if (t.kind == kMasterKind) {
-      file.fragments.push_back({s_.stage.layout().slots()[t.fragment.slot].name, t.fragment.param_begin,
-                                t.fragment.numel});
+      const auto& name = s_.stage.layout().slots()[t.fragment.slot].name;
+      const auto* slice = slice_of(name);
+      file.fragments.push_back({name, t.fragment.param_begin, t.fragment.numel,
+                                slice ? std::optional<TensorSlice>(*slice) : std::nullopt});
     }
-    file.tensor_crc32[t.name] = static_cast<uint32_t>(sums[2 + i]);
+    file.tensor_crc32[t.name] = tensor_crc32[i];
   }
   return file;
 }
 
-Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state,
-                                           const std::vector<int>& modules) const {
+void Checkpointer::merge_descriptions(const std::string& staging, Manifest& m) const {
+  std::set<std::string> params, modules;
+  for (int r = 0; r < world_size(); ++r) {
+    const auto path = description_file(staging, r);
+    std::ifstream in(path);
+    nlohmann::json d;
+    try {
+      d = nlohmann::json::parse(in);
+    } catch (const std::exception& e) {
+      throw CheckpointError(path + ": rank " + std::to_string(r) + "'s description of its shard is unreadable (" +
+                            e.what() + ")");
+    }
+    m.files.push_back(ShardFile::from_json(d.at("file"), path));
+    for (const auto& p : d.at("params")) {
+      auto entry = param_entry_from_json(p, path);
+      if (params.insert(entry.name).second) m.params.push_back(std::move(entry));
+    }
+    for (const auto& e : d.at("module_state")) {
+      auto entry = module_state_entry_from_json(e, path);
+      if (modules.insert(entry.name).second) m.module_state.push_back(std::move(entry));
+    }
+    in.close();
+    fs::remove(path);
+  }
+}
+
+const TensorSlice* Checkpointer::slice_of(const std::string& param) const {
+  const auto it = s_.slices.find(param);
+  return it == s_.slices.end() ? nullptr : &it->second;
+}
+
+Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const {
   Manifest m;
   m.tag = tag;
   m.world_size = world_size();
+  m.pipeline_parallel = s_.pipeline_parallel;
+  m.tensor_parallel = s_.tensor_parallel;
   m.zero_stage = s_.stage.stage();
   m.compute_dtype = to_string(s_.config.compute_dtype());
   m.global_steps = s_.progress.global_steps;
@@ -243,11 +288,6 @@ Manifest Checkpointer::describe_checkpoint(const std::string& tag, const nlohman
   m.scheduler_position = s_.progress.schedule_steps;
   const auto scaler = s_.scaler.state();
   m.loss_scaler = {s_.scaler.name(), scaler.scale, scaler.iteration, scaler.last_overflow_iteration, scaler.hysteresis};
-  m.params = s_.params;
-  for (int i : modules) {
-    const auto& t = s_.module_state[i];
-    m.module_state.push_back({t.name, t.tensor.sizes().vec(), t.tensor.scalar_type(), t.frozen});
-  }
   m.config = s_.config.resolved;
   m.client_state = client_state;
   return m;
@@ -258,19 +298,22 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   check_at_boundary("load_checkpoint");
   LoadedCheckpoint loaded;
   std::unique_ptr<CheckpointReader> checkpoint;
-  all_or_none(s_.comm, "load_checkpoint", [&] {
+  all_or_none(world(), "load_checkpoint", [&] {
     loaded.tag = resolve_tag(load_dir, tag_arg);
     loaded.path = (fs::path(load_dir) / loaded.tag).string();
     checkpoint = std::make_unique<CheckpointReader>(loaded.path);
     check_compatible(checkpoint->manifest(), options, (fs::path(loaded.path) / kManifestFile).string());
   });
   // Each rank read `latest` for itself: a save finishing in between could have given them different tags.
-  const auto tags = s_.comm.side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(loaded.tag))});
+  const auto tags = world().side_all_gather({static_cast<int64_t>(std::hash<std::string>{}(loaded.tag))});
   if (std::any_of(tags.begin(), tags.end(), [&](int64_t t) { return t != tags[0]; })) {
     throw CheckpointError("load_checkpoint: the ranks resolved different tags in " + load_dir + " (this rank: '" +
                           loaded.tag + "'; was `latest` replaced during the load?); pass the tag explicitly");
   }
   const Manifest& m = checkpoint->manifest();
+  if (options.load_module_strict && world_size() > s_.comm.world_size()) {
+    check_all_held(m, (fs::path(loaded.path) / kManifestFile).string());
+  }
 
   // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
   // parameter covers (group padding) keep this engine's values.
@@ -283,7 +326,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   for (const auto& p : m.params) saved.insert(p.name);
   int64_t kept_params = 0;
   for (const auto& p : s_.params) kept_params += saved.count(p.name) ? 0 : 1;
-  all_or_none(s_.comm, "load_checkpoint", [&] {
+  all_or_none(world(), "load_checkpoint", [&] {
     const auto& layout = s_.stage.layout();
     for (const auto& want : master_fragments()) {
       const auto& name = layout.slots()[want.slot].name;
@@ -291,14 +334,14 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
       for (size_t k = 0; k <= (optimizer_states ? kinds.size() : 0); ++k) {
         // Files are read on the host; the engine copies into device partitions at the commit.
         auto values = torch::empty({want.numel}, torch::kFloat32);
-        checkpoint->read_range(k == 0 ? kMasterKind : kinds[k - 1], name, want.param_begin, values);
+        checkpoint->read_range(k == 0 ? kMasterKind : kinds[k - 1], name, want.param_begin, values, slice_of(name));
         writes.push_back({static_cast<int>(k), master_offset(want), values});
       }
     }
-    if (rank() < m.world_size && !options.load_module_only) {
-      rng_state = checkpoint->read(rank(), kRngTensor);
-      if (s_.device.is_cuda() && m.files[rank()].tensor_crc32.count(kRngCudaTensor)) {
-        cuda_rng_state = checkpoint->read(rank(), kRngCudaTensor);
+    if (world_rank() < m.world_size && !options.load_module_only) {
+      rng_state = checkpoint->read(world_rank(), kRngTensor);
+      if (s_.device.is_cuda() && m.files[world_rank()].tensor_crc32.count(kRngCudaTensor)) {
+        cuda_rng_state = checkpoint->read(world_rank(), kRngCudaTensor);
       }
     }
     module_values = read_module_state(*checkpoint, (fs::path(loaded.path) / kManifestFile).string());
@@ -317,7 +360,12 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   loaded.client_state = m.client_state;
   s_.log("[deepspeed.cpp] loaded " + std::string(options.load_module_only ? "the weights of " : "") + "checkpoint " +
          loaded.path + " (step " + std::to_string(m.global_steps) + ", written by " + std::to_string(m.world_size) +
-         " ranks at ZeRO stage " + std::to_string(m.zero_stage) + ")" +
+         " ranks at ZeRO stage " + std::to_string(m.zero_stage) +
+         (m.pipeline_parallel * m.tensor_parallel > 1
+              ? ", " + std::to_string(m.pipeline_parallel) + " pipeline stages x " +
+                    std::to_string(m.tensor_parallel) + " tensor-parallel slices"
+              : std::string()) +
+         ")" +
          (kept_params ? "; " + std::to_string(kept_params) + " parameters it does not have keep their values" : ""));
   return loaded;
 }
@@ -372,14 +420,14 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
                             c10::toString(saved_dtype) + " there, " + shape_text(ours.tensor.sizes().vec()) + " " +
                             c10::toString(dtype) + " here");
     }
-    out[i] = checkpoint.read(0, shard_tensor_name(kModuleKind, ours.name));
+    out[i] = checkpoint.read(it->second->rank, shard_tensor_name(kModuleKind, ours.name));
   }
   return out;
 }
 
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
                                     const std::string& source) const {
-  check_same_model(m, s_.params, source, options.load_module_strict);
+  check_same_model(m, s_.params, source, options.load_module_strict, world_size() == s_.comm.world_size());
   if (options.load_optimizer_states && !options.load_module_only &&
       (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
     std::string kinds;
@@ -387,6 +435,24 @@ void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptio
     throw CheckpointError(source + ": optimizer " + m.optimizer + " (state: " + kinds + ") cannot be loaded into " +
                           s_.optimizer.name() + "; load with load_optimizer_states = false to keep only the weights "
                           "and counters");
+  }
+}
+
+// Every parameter of the checkpoint must be some rank's: each rank flags the ones it holds, and the flags of all
+// ranks (the same on every rank) name the first one none holds.
+void Checkpointer::check_all_held(const Manifest& m, const std::string& source) const {
+  std::set<std::string> ours;
+  for (const auto& p : s_.params) ours.insert(p.name);
+  std::vector<int64_t> held;
+  for (const auto& p : m.params) held.push_back(ours.count(p.name) ? 1 : 0);
+  const auto all = world().side_all_gather(held);
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    bool any = false;
+    for (int r = 0; r < world_size(); ++r) any = any || all[r * m.params.size() + i] != 0;
+    if (!any) {
+      throw CheckpointError(source + ": written for a different model: it has parameter '" + m.params[i].name +
+                            "', no rank of this model holds it (load_module_strict = false ignores it)");
+    }
   }
 }
 

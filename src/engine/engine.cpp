@@ -287,9 +287,27 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
     }
   }
 
-  checkpointer_ = std::make_unique<Checkpointer>(CheckpointedState{
-      config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_, params_, std::move(module_state),
-      dtype_, device_, log_});
+  CheckpointedState checkpointed{config_, *comm_,   *stage_, *optimizer_, offload_.get(), *scaler_, progress_,
+                                 params_, std::move(module_state), dtype_, device_, log_};
+  if (model_group_ || pipe_group_) {
+    // Each rank writes its own part of the model once: the whole shapes in the manifest, its slices as parts of
+    // them, the parameters some other rank counts in the norm (and so holds too) left to that rank.
+    checkpointed.world = world_group_;
+    checkpointed.pipeline_parallel = pipe_group_ ? pipe_group_->world_size() : 1;
+    checkpointed.tensor_parallel = model_group_ ? model_group_->world_size() : 1;
+    checkpointed.writes_module_state = !model_group_ || model_group_->rank() == 0;
+    const auto& slots = stage_->layout().slots();
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (!counted_in_norm_[i]) checkpointed.written_elsewhere.insert(slots[i].name);
+    }
+    for (auto& p : checkpointed.params) {
+      const auto it = options.model_parallel_slices.find(p.name);
+      if (it == options.model_parallel_slices.end()) continue;
+      checkpointed.slices.emplace(p.name, it->second);
+      p.shape = it->second.whole_shape;
+    }
+  }
+  checkpointer_ = std::make_unique<Checkpointer>(std::move(checkpointed));
 
   last_log_time_ns_ = now_ns();
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
@@ -382,12 +400,15 @@ void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
 
 void Engine::set_model_parallel(const InitOptions& options) {
   const auto& slots = stage_->layout().slots();
-  for (const auto* names : {&options.model_parallel_params, &options.norm_counted_elsewhere}) {
+  std::set<std::string> sliced = options.model_parallel_params;
+  for (const auto& [name, slice] : options.model_parallel_slices) sliced.insert(name);
+  using Names = const std::set<std::string>*;
+  for (const auto* names : std::initializer_list<Names>{&sliced, &options.norm_counted_elsewhere}) {
     std::set<std::string> unknown = *names;
     for (const auto& slot : slots) unknown.erase(slot.name);
     if (!unknown.empty()) {
       throw std::invalid_argument(std::string("InitOptions::") +
-                                  (names == &options.model_parallel_params ? "model_parallel_params"
+                                  (names == &sliced ? "model_parallel_params (or _slices)"
                                                                            : "norm_counted_elsewhere") +
                                   " names '" + *unknown.begin() +
                                   "', which is not a trainable parameter of this model");
@@ -398,8 +419,19 @@ void Engine::set_model_parallel(const InitOptions& options) {
     model_group_ = options.model_parallel_group;
   }
   if (options.pipeline_group && options.pipeline_group->world_size() > 1) pipe_group_ = options.pipeline_group;
+  world_group_ = options.world_group;
   if (!model_group_ && !pipe_group_) return;
-  const auto& sliced = options.model_parallel_params;
+  for (const auto& slot : slots) {
+    const auto it = options.model_parallel_slices.find(slot.name);
+    if (it == options.model_parallel_slices.end()) {
+      if (model_group_ && sliced.count(slot.name) && unsliced_param_.empty()) unsliced_param_ = slot.name;
+    } else if (it->second.shape() != slot.shape) {
+      throw std::invalid_argument("InitOptions::model_parallel_slices: '" + slot.name + "' is a slice of shape " +
+                                  c10::str(c10::IntArrayRef(it->second.shape())) + " of " +
+                                  c10::str(c10::IntArrayRef(it->second.whole_shape)) + ", the parameter is " +
+                                  c10::str(c10::IntArrayRef(slot.shape)));
+    }
+  }
   for (const auto& slot : slots) {
     const bool mine = !model_group_ || sliced.count(slot.name) > 0 || model_group_->rank() == 0;
     counted_in_norm_.push_back(mine && options.norm_counted_elsewhere.count(slot.name) == 0);
@@ -408,6 +440,20 @@ void Engine::set_model_parallel(const InitOptions& options) {
     log_("[deepspeed.cpp] tensor parallel over " + std::to_string(model_group_->world_size()) + " ranks: " +
          std::to_string(sliced.size()) + " of " + std::to_string(slots.size()) +
          " trainable parameters are slices, the others whole on every model-parallel rank");
+  }
+}
+
+void Engine::check_checkpointable(const std::string& what) const {
+  if (!model_group_ && !pipe_group_) return;
+  if (!unsliced_param_.empty()) {
+    throw std::logic_error(what + ": parameter '" + unsliced_param_ + "' is a tensor-parallel slice whose place in "
+                           "the whole parameter is not known (InitOptions::model_parallel_slices; Python's "
+                           "initialize(mpu=...) does not give it yet), and a checkpoint holds whole parameters");
+  }
+  if (!world_group_) {
+    throw std::logic_error(what + ": a " + (pipe_group_ ? "pipeline" : "tensor") + "-parallel run needs "
+                           "InitOptions::world_group (every rank of the run: ParallelGroups::world), over which the "
+                           "ranks write and read one checkpoint together");
   }
 }
 

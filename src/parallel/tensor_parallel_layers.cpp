@@ -109,21 +109,27 @@ torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& ids) {
   return vocab_parallel_embedding(ids, weight, vocab_begin_, group_);
 }
 
-std::set<std::string> tensor_parallel_params(torch::nn::Module& model) {
-  std::set<std::string> out;
-  auto add = [&](const std::string& prefix, const torch::Tensor& t, const char* name) {
-    if (t.defined() && t.requires_grad()) out.insert(prefix.empty() ? name : prefix + "." + name);
+std::map<std::string, TensorSlice> tensor_parallel_slices(torch::nn::Module& model) {
+  std::map<std::string, TensorSlice> out;
+  // `t` is part `group`'s rank of `parts` along `dim` of a whole tensor as large as `parts` of it.
+  auto add = [&](const std::string& prefix, const torch::Tensor& t, const char* name, int64_t dim,
+                 const std::shared_ptr<Comm>& group) {
+    if (!t.defined() || !t.requires_grad()) return;
+    auto whole = t.sizes().vec();
+    whole[dim] *= group->world_size();
+    out.emplace(prefix.empty() ? name : prefix + "." + name,
+                TensorSlice::part(whole, dim, group->world_size(), group->rank()));
   };
   for (const auto& item : model.named_modules()) {
     const std::string& prefix = item.key();
     torch::nn::Module* m = item.value().get();
     if (auto* column = dynamic_cast<ColumnParallelLinearImpl*>(m)) {
-      add(prefix, column->weight, "weight");
-      add(prefix, column->bias, "bias");
+      add(prefix, column->weight, "weight", 0, column->group());
+      add(prefix, column->bias, "bias", 0, column->group());
     } else if (auto* row = dynamic_cast<RowParallelLinearImpl*>(m)) {
-      add(prefix, row->weight, "weight");
+      add(prefix, row->weight, "weight", 1, row->group());
     } else if (auto* embedding = dynamic_cast<VocabParallelEmbeddingImpl*>(m)) {
-      add(prefix, embedding->weight, "weight");
+      add(prefix, embedding->weight, "weight", 0, embedding->group());
     }
   }
   return out;

@@ -120,11 +120,17 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
   connect_ties(options.norm_counted_elsewhere);
 
   // The program names the whole model's sliced parameters; the stage's engine knows only its own.
+  // The stage keeps the sliced parameters (and their slices) of its own layers.
   std::set<std::string> sliced;
+  std::map<std::string, TensorSlice> slices;
   for (const auto& item : module_->named_parameters()) {
     if (options.model_parallel_params.count(item.key())) sliced.insert(item.key());
+    const auto it = options.model_parallel_slices.find(item.key());
+    if (it != options.model_parallel_slices.end()) slices.insert(*it);
   }
   options.model_parallel_params = std::move(sliced);
+  options.model_parallel_slices = std::move(slices);
+  options.world_group = groups_.world;
   options.comm = groups_.data;
   options.model_parallel_group = groups_.model;
   options.pipeline_group = groups_.pipe;

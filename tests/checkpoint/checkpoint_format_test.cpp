@@ -9,9 +9,11 @@
 #include "../common/error_of.h"
 #include "../common/subprocess.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
+#include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/consolidate.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/checkpoint/safetensors.h"
+#include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/zero/flat_layout.h"
 
 namespace dscpp::testing {
@@ -164,6 +166,86 @@ TEST(Manifest, BadManifestsAreErrorsNamingTheFileAndWhatIsWrong) {
   j = good;
   j["world_size"] = 3;
   expect_error(j, "2 shard files for world_size 3");
+}
+
+TEST(TensorSlice, PartsTileTheWholeAndTakeAndPutAreInverse) {
+  // Megatron's fused [q; k; v] rows over 2 ranks: rank 1 holds rows 2-3 of each block of 4.
+  const auto qkv = TensorSlice::part({12, 3}, 0, 2, 1, 3);
+  EXPECT_EQ(qkv.pieces, (std::vector<std::pair<int64_t, int64_t>>{{2, 2}, {6, 2}, {10, 2}}));
+  EXPECT_EQ(qkv.shape(), (std::vector<int64_t>{6, 3}));
+  const auto whole = torch::arange(36, torch::kFloat32).view({12, 3});
+  EXPECT_TRUE(torch::equal(qkv.take(whole).narrow(0, 2, 2), whole.narrow(0, 6, 2)));
+  auto rebuilt = torch::zeros({12, 3});
+  for (int r = 0; r < 2; ++r) {
+    const auto part = TensorSlice::part({12, 3}, 0, 2, r, 3);
+    part.put(part.take(whole), rebuilt);
+  }
+  EXPECT_TRUE(torch::equal(rebuilt, whole));
+  // A row-parallel weight: columns.
+  const auto columns = TensorSlice::part({2, 4}, 1, 2, 1);
+  EXPECT_TRUE(torch::equal(columns.take(torch::arange(8, torch::kFloat32).view({2, 4})),
+                           torch::tensor({{2.f, 3.f}, {6.f, 7.f}})));
+  EXPECT_EQ(TensorSlice::from_json(qkv.to_json()), qkv);
+  EXPECT_NE(error_of([] { TensorSlice::part({10, 3}, 0, 4, 0); }).find("(10) does not divide into 1 blocks of 4"),
+            std::string::npos);
+  auto outside = columns.to_json();
+  outside["pieces"][0] = {3, 2};
+  EXPECT_NE(error_of([&] { TensorSlice::from_json(outside); }).find("is outside dimension 1"), std::string::npos);
+}
+
+// Two tensor-parallel ranks' files, each holding its column slice of w (4, 6).
+Manifest sliced_manifest() {
+  Manifest m = two_rank_manifest();
+  m.params = {{"w", {4, 6}}};
+  for (int r = 0; r < 2; ++r) m.files[r].fragments = {{"w", 0, 12, TensorSlice::part({4, 6}, 1, 2, r)}};
+  return m;
+}
+
+TEST(Manifest, SlicedFragmentsMustTileTheirSliceAndTheSlicesTheParameter) {
+  const auto good = sliced_manifest().to_json();
+  EXPECT_EQ(Manifest::from_json(good, "x").to_json(), good);
+  auto j = good;
+  j["files"][1]["fragments"][0] = {"w", 0, 8, TensorSlice::part({4, 6}, 1, 3, 1).to_json()};  // columns 2-3 twice
+  EXPECT_NE(error_of([&] { Manifest::from_json(j, "x"); }).find("the slices do not tile dimension 1"),
+            std::string::npos);
+  j = good;
+  j["files"][1]["fragments"][0][2] = 11;  // the slice's last element is in no file
+  EXPECT_NE(error_of([&] { Manifest::from_json(j, "x"); }).find("a slice's fragments do not tile it"),
+            std::string::npos);
+  j = good;
+  j["files"][1]["fragments"].push_back({"w", 0, 1});  // a whole fragment beside the slices
+  EXPECT_NE(error_of([&] { Manifest::from_json(j, "x"); }).find("both whole fragments and slices"),
+            std::string::npos);
+}
+
+// The reader assembles the writers' column slices into the whole parameter and gives any other reader its own part
+// of it: the whole, a row slice (another layout), or the writer's own slice (read straight from its fragments).
+TEST(CheckpointReader, AssemblesSlicesIntoTheWholeAndAnyOtherSlice) {
+  const auto dir = temp_dir("sliced_reader");
+  const auto whole = torch::arange(24, torch::kFloat32).view({4, 6});
+  auto m = sliced_manifest();
+  for (int r = 0; r < 2; ++r) {
+    const auto local = m.files[r].fragments[0].slice->take(whole).view({-1});
+    SafetensorsWriter writer((dir / shard_file_name(r)).string(), {{"master/w", torch::kFloat32, {12}}}, {});
+    writer.write("master/w", local);
+    writer.close();
+    m.files[r].bytes = writer.file_bytes();
+    m.files[r].crc32 = writer.file_crc32();
+    m.files[r].tensor_crc32 = {{"master/w", writer.tensor_crc32("master/w")}};
+  }
+  std::ofstream(dir / kManifestFile) << m.to_json().dump();
+  CheckpointReader reader(dir.string());
+  auto all = torch::empty({24});
+  reader.read_range(kMasterKind, "w", 0, all);
+  EXPECT_TRUE(torch::equal(all, whole.view({-1})));
+  const auto row = TensorSlice::part({4, 6}, 0, 4, 2);
+  auto mine = torch::empty({6});
+  reader.read_range(kMasterKind, "w", 0, mine, &row);
+  EXPECT_TRUE(torch::equal(mine, whole[2]));
+  const auto same = TensorSlice::part({4, 6}, 1, 2, 1);
+  auto part = torch::empty({5});
+  reader.read_range(kMasterKind, "w", 3, part, &same);
+  EXPECT_TRUE(torch::equal(part, same.take(whole).view({-1}).narrow(0, 3, 5)));
 }
 
 // SPEC §8: damaged input is an error, never a crash. Random byte flips and truncations of a real shard file and of

@@ -137,7 +137,7 @@ Run train(const std::shared_ptr<Comm>& dp_group, const std::shared_ptr<Comm>& mo
   InitOptions options;
   options.comm = dp_group;
   options.model_parallel_group = model_group;
-  options.model_parallel_params = tensor_parallel_params(*run.model);
+  options.model_parallel_slices = tensor_parallel_slices(*run.model);
   ConfigOptions config_options;
   config_options.world_size = dp;
   auto engine = initialize(run.model.ptr(), Config::from_string(engine_config(stage, dp), config_options), options);
@@ -155,9 +155,9 @@ Run train(const std::shared_ptr<Comm>& dp_group, const std::shared_ptr<Comm>& mo
   if (model_group->world_size() > 1) {
     try {
       engine->save_checkpoint("/nonexistent");
-      throw std::runtime_error("a tensor-parallel save_checkpoint was not refused");
+      throw std::runtime_error("a tensor-parallel save_checkpoint without the world group was not refused");
     } catch (const std::logic_error& e) {
-      if (std::string(e.what()).find("save_checkpoint: not supported yet for a tensor-parallel run") ==
+      if (std::string(e.what()).find("save_checkpoint: a tensor-parallel run needs InitOptions::world_group") ==
           std::string::npos) {
         throw;
       }
@@ -201,6 +201,15 @@ void check_gpt_slices(const std::shared_ptr<Comm>& group) {
   if (held != config.num_params_per_rank(group->world_size())) {
     throw std::runtime_error("the sliced GPT holds " + std::to_string(held) + " parameters, num_params_per_rank " +
                              std::to_string(config.num_params_per_rank(group->world_size())));
+  }
+  // A vocabulary the group does not divide is refused, naming the numbers and the rule.
+  if (group->world_size() == 1) return;
+  try {
+    gpt::Gpt odd(gpt::GptConfig::preset("tiny", 257), gpt::GptImpl::BlockBuilt{}, group);
+    throw std::runtime_error("a vocabulary of 257 was sliced");
+  } catch (const std::invalid_argument& e) {
+    const std::string rule = "vocab_size 257 does not divide over the tensor-parallel size";
+    if (std::string(e.what()).find(rule) == std::string::npos) throw;
   }
 }
 
@@ -295,7 +304,7 @@ TEST(TensorParallel, GptTrainNamesWhatDoesNotSlice) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--tensor_parallel 3", "pipeline stages 1 x tensor-parallel size 3 = 3 does not divide the world size 2"},
       {"--tensor_parallel 2 --n_head 3 --n_embd 48", "n_head 3 does not divide over the tensor-parallel size 2"},
-      {"--tensor_parallel 2 --save_dir /tmp/x", "--save_dir with tensor parallelism (2 ranks per model)"},
+      {"--tensor_parallel 2 --save_16bit /tmp/x", "--save_16bit with tensor parallelism (2 ranks per model)"},
   };
   for (const auto& [flags, message] : cases) {
     const auto ranks = run_ranks(2, gpt + flags, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");

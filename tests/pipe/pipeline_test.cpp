@@ -340,7 +340,7 @@ TEST(Pipeline, GptTrainNamesWhatDoesNotPipeline) {
        "zero_optimization.stage 2 with pipeline parallelism (2 stages): as DeepSpeed's PipelineEngine, pipelining "
        "runs with ZeRO stage 0 or 1 only"},
       {"--pipeline_parallel 2 --partition type:Attention", "matches none of the layer types"},
-      {"--pipeline_parallel 2 --save_dir /tmp/x", "--save_dir with pipeline parallelism (2 stages)"},
+      {"--pipeline_parallel 2 --init_from /tmp/x", "--init_from with pipeline parallelism (2 stages)"},
   };
   for (const auto& [flags, message] : cases) {
     const auto ranks = run_ranks(2, gpt + flags, kEnv);

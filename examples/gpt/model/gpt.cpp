@@ -119,15 +119,21 @@ torch::Tensor GptImpl::forward(const torch::Tensor& idx) {
   return dscpp::gather_from_model_parallel(head(hidden(idx)), group_);
 }
 
-std::set<std::string> GptImpl::tensor_parallel_params() const {
-  if (group_->world_size() == 1) return {};
-  std::set<std::string> out{"wte.weight"};
+std::map<std::string, dscpp::TensorSlice> GptImpl::tensor_parallel_slices() const {
+  const int p = group_->world_size(), r = group_->rank();
+  if (p == 1) return {};
+  using dscpp::TensorSlice;
+  const int64_t V = config_.vocab_size, C = config_.n_embd;
+  std::map<std::string, TensorSlice> out{{"wte.weight", TensorSlice::part({V, C}, 0, p, r)}};
   for (size_t i = 0; i < blocks_.size(); ++i) {
     const std::string block = "h." + std::to_string(i) + ".";
-    for (const char* name : {"attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "mlp.c_fc.weight",
-                             "mlp.c_fc.bias", "mlp.c_proj.weight"}) {
-      out.insert(block + name);
-    }
+    // c_attn's rows are [q; k; v]: this rank's heads are a part of each of the three blocks.
+    out.emplace(block + "attn.c_attn.weight", TensorSlice::part({3 * C, C}, 0, p, r, 3));
+    out.emplace(block + "attn.c_attn.bias", TensorSlice::part({3 * C}, 0, p, r, 3));
+    out.emplace(block + "attn.c_proj.weight", TensorSlice::part({C, C}, 1, p, r));
+    out.emplace(block + "mlp.c_fc.weight", TensorSlice::part({4 * C, C}, 0, p, r));
+    out.emplace(block + "mlp.c_fc.bias", TensorSlice::part({4 * C}, 0, p, r));
+    out.emplace(block + "mlp.c_proj.weight", TensorSlice::part({C, 4 * C}, 1, p, r));
   }
   return out;
 }

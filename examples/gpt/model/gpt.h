@@ -27,11 +27,13 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
 #include "model/block.h"
 #include "model/gpt_config.h"
@@ -79,9 +81,9 @@ class GptImpl : public torch::nn::Module {
 
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<dscpp::Comm>& model_group() const { return group_; }
-  // The names of the trainable parameters that are slices over model_group (the engine's
-  // InitOptions::model_parallel_params); empty when the model is whole.
-  std::set<std::string> tensor_parallel_params() const;
+  // The trainable parameters that are slices over model_group, by name, and where each sits in the whole parameter
+  // (the engine's InitOptions::model_parallel_slices); empty when the model is whole.
+  std::map<std::string, dscpp::TensorSlice> tensor_parallel_slices() const;
 
   torch::nn::Embedding wte{nullptr};  // (V, C), also the LM head
   torch::nn::Embedding wpe{nullptr};  // (block_size, C)

@@ -4,9 +4,12 @@
 // whole file. It is written last, by rank 0, after every shard file is on disk: a tag with a valid manifest is a
 // complete checkpoint.
 //
-// A fragment is a contiguous range of one flattened parameter. Because a checkpoint is addressed by parameter and
-// element range, never by the writer's flat buffer, a reader with any world size and any ZeRO stage finds what its
-// own partition needs (resharding load) and `dscpp consolidate` assembles whole parameters one at a time.
+// A fragment is a contiguous range of one flattened parameter — or, written by a tensor-parallel rank, of its slice
+// of the parameter (a TensorSlice recorded with the fragment). Because a checkpoint is addressed by parameter and
+// element range, never by the writer's flat buffer, a reader with any world size, ZeRO stage, pipeline depth or
+// tensor-parallel size finds what its own partition needs (resharding load) and `dscpp consolidate` assembles whole
+// parameters one at a time. A pipeline's stages each write their own layers' parameters (a tied one once, by the
+// earliest stage holding it), so the files of all ranks together hold the whole model once.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -18,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "dscpp/checkpoint/tensor_slice.h"
 
 namespace dscpp {
 
@@ -45,12 +50,15 @@ struct ModuleStateEntry {
   std::vector<int64_t> shape;
   torch::ScalarType dtype = torch::kFloat32;  // as saved (JSON: the safetensors spelling, e.g. "F32")
   bool frozen = false;  // a parameter with requires_grad false (else a buffer)
+  int rank = 0;         // the file that holds it (a pipeline's stages each write their own layers' buffers)
 };
 
 struct Fragment {
   std::string param;
-  int64_t begin = 0;  // first element of the flattened parameter
+  int64_t begin = 0;  // first element of the flattened parameter (of the flattened slice, when there is one)
   int64_t numel = 0;
+  // A tensor-parallel writer's part of the parameter; begin and numel count its elements. Absent: the whole.
+  std::optional<TensorSlice> slice;
 };
 
 struct ShardFile {
@@ -60,6 +68,10 @@ struct ShardFile {
   uint32_t crc32 = 0;                           // of the whole file
   std::vector<Fragment> fragments;
   std::map<std::string, uint32_t> tensor_crc32;  // every tensor in the file
+
+  nlohmann::json to_json() const;
+  // Parses and checks the entry's own keys (not what its fragments refer to: Manifest::from_json does that).
+  static ShardFile from_json(const nlohmann::json& json, const std::string& source);
 };
 
 struct ScalerEntry {
@@ -73,7 +85,9 @@ struct ScalerEntry {
 struct Manifest {
   int version = kCheckpointFormatVersion;
   std::string tag;
-  int world_size = 1;
+  int world_size = 1;                 // shard files: one per rank of every axis
+  int pipeline_parallel = 1;          // the writer's layout (for the log: any layout reads the checkpoint)
+  int tensor_parallel = 1;
   int zero_stage = 0;
   std::string compute_dtype;          // "fp32", "bf16", "fp16"
   int64_t global_steps = 0;
@@ -105,6 +119,11 @@ class CheckpointError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
+
+nlohmann::json to_json(const ParamEntry& p);
+ParamEntry param_entry_from_json(const nlohmann::json& json, const std::string& source);
+nlohmann::json to_json(const ModuleStateEntry& e);
+ModuleStateEntry module_state_entry_from_json(const nlohmann::json& json, const std::string& source);
 
 // "<kind>/<param>" — the tensor's name in a shard file.
 std::string shard_tensor_name(const std::string& kind, const std::string& param);

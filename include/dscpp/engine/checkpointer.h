@@ -2,19 +2,29 @@
 // engine sequences a step; this object serialises what the step left: each rank's fp32 master and optimizer state as
 // fragments of named parameters, the counters, the loss scaler and the generators. Every rank writes the fragments
 // its partition holds and reads the fragments its partition needs, so the reader's world size and ZeRO stage need not
-// be the writer's.
+// be the writer's. With model parallelism each rank's engine holds part of the model: a pipeline stage its layers, a
+// tensor-parallel rank slices (TensorSlice) — it writes them as fragments of the whole named parameters, and reads
+// its part of whatever layout wrote them, so a 3D checkpoint loads on one process and the other way round.
+//
+// A save, collective over every rank of the run: each rank writes its shard file and a description of it (its
+// fragments, its parameters' whole shapes, its module tensors) into the staging directory; then rank 0 of the run
+// merges the descriptions into the manifest and publishes the tag.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "dscpp/checkpoint/manifest.h"
+#include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/config/config.h"
 #include "dscpp/engine/progress.h"
@@ -60,7 +70,7 @@ struct LoadedCheckpoint {
 // The engine's parts a checkpoint reads and writes. The engine owns them all; they outlive the Checkpointer.
 struct CheckpointedState {
   const Config& config;
-  Comm& comm;
+  Comm& comm;  // the data-parallel group the ZeRO stage partitions over
   ZeroStage& stage;
   FlatOptimizer& optimizer;
   OptimizerOffload* offload;  // offload_optimizer: the master and optimizer state live in its store; else null
@@ -78,6 +88,19 @@ struct CheckpointedState {
   torch::ScalarType dtype;         // the compute dtype (16-bit weights are saved in it)
   torch::Device device;            // where training runs (a GPU's generator is saved too)
   std::function<void(const std::string&)> log;
+
+  // Model parallelism (unset without it). `world`: every rank of the run, over which saves and loads are collective;
+  // null: `comm` is the whole run.
+  std::shared_ptr<Comm> world;
+  int pipeline_parallel = 1, tensor_parallel = 1;  // recorded in the manifest
+  // The parameters this rank holds a slice of, and where the slice sits in the whole (`params` has whole shapes).
+  std::map<std::string, TensorSlice> slices;
+  // Parameters another rank writes: on tensor-parallel ranks other than the first, the ones every rank holds whole;
+  // on a later stage, its copy of a tied parameter.
+  std::set<std::string> written_elsewhere;
+  // This rank's data-parallel group writes the module tensors (false on tensor-parallel ranks other than the first,
+  // which hold the same ones).
+  bool writes_module_state = true;
 };
 
 class Checkpointer {
@@ -101,28 +124,36 @@ class Checkpointer {
     int module = -1;         // kModuleKind: its index in CheckpointedState::module_state
   };
 
-  int rank() const { return s_.comm.rank(); }
-  int world_size() const { return s_.comm.world_size(); }
+  int rank() const { return s_.comm.rank(); }  // in the data-parallel group: the ZeRO partition's
+  Comm& world() const { return s_.world ? *s_.world : s_.comm; }
+  int world_rank() const { return world().rank(); }
+  int world_size() const { return world().world_size(); }
   void check_at_boundary(const char* what) const;
   void validate_tag_across_ranks(const std::string& tag) const;
-  // What rank `r`'s shard file holds, in file order. Rank 0 names every rank's checksums from it, so writer and
-  // manifest cannot disagree.
-  // `modules`: the module_state entries this save writes (saved_module_state), in rank 0's file.
-  std::vector<ShardTensor> shard_contents(int r, const std::vector<int>& modules) const;
-  // Writes this rank's shard into `staging`; returns its bytes, file CRC and each tensor's CRC (shard_contents order).
-  std::vector<int64_t> write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules);
-  // The manifest without its files: what this engine is and where training stands.
-  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state,
-                               const std::vector<int>& modules) const;
-  // Rank `r`'s entry in the manifest, from the sizes and checksums it reported (write_shard's order).
-  ShardFile describe_shard(int r, const std::vector<int64_t>& sums, const std::vector<int>& modules) const;
+  // What this rank's shard file holds, in file order. `modules`: the module_state entries this save writes
+  // (saved_module_state), when this rank writes them.
+  std::vector<ShardTensor> shard_contents(const std::vector<int>& modules) const;
+  bool writes_module_state() const { return rank() == 0 && s_.writes_module_state; }
+  // Writes this rank's shard into `staging` and, beside it, its description (describe_shard, the parameters' whole
+  // shapes and the module tensors it holds) for rank 0 of the run to merge.
+  void write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules);
+  // The manifest without its parameters and files: where training stands, the same on every rank.
+  Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
+  // This rank's entry in the manifest, from the sizes and checksums the writer gave.
+  ShardFile describe_shard(const std::vector<ShardTensor>& contents, int64_t bytes, uint32_t crc32,
+                           const std::vector<uint32_t>& tensor_crc32) const;
+  // Rank 0 of the run: every rank's description into `m` (parameters in rank order, each once), then removed.
+  void merge_descriptions(const std::string& staging, Manifest& m) const;
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
   void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state,
                         bool schedule_position);
   // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
-  // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state).
+  // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state). With model
+  // parallelism this rank checks its own parameters; check_all_held checks that the run holds all of the checkpoint's.
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) const;
+  void check_all_held(const Manifest& m, const std::string& source) const;
+  const TensorSlice* slice_of(const std::string& param) const;
   // The module_state entries a save writes (in order): all, or the buffers alone.
   std::vector<int> saved_module_state(const CheckpointSaveOptions& options) const;
   // The parts of parameters this rank's master holds: every parameter whole (stage 0) or its shards' fragments.

@@ -72,12 +72,19 @@ struct InitOptions {
   // Tensor parallelism (ParallelGroups::model; `comm` is then the data-parallel group, ZeRO's): the ranks that hold
   // slices of one model and compute the same loss. The gradient norm clipping uses is the whole model's — each
   // slice once, each parameter every slice holds whole (norms, row-parallel biases) once — and
-  // activation_partition_group defaults to it. Checkpoints of such a run are not supported yet (an error says so).
+  // activation_partition_group defaults to it. Checkpoints need model_parallel_slices for every sliced parameter.
   std::shared_ptr<Comm> model_parallel_group;
   // The trainable parameters, by name, that are slices over model_parallel_group (tensor_parallel_params() of the
   // model's ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding layers); the others are whole on every
   // model-parallel rank.
   std::set<std::string> model_parallel_params;
+  // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
+  // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
+  // layout loads on any other. Its names count as model_parallel_params.
+  std::map<std::string, TensorSlice> model_parallel_slices;
+  // Model or pipeline parallelism: every rank of the run (ParallelGroups::world), over which checkpoints are saved
+  // and loaded together (PipelineEngine sets it).
+  std::shared_ptr<Comm> world_group;
   // Pipeline parallelism (PipelineEngine sets it; `comm` is then the data-parallel group): the ranks that hold the
   // other stages of this rank's replica (ParallelGroups::pipe). The gradient norm and the reported loss are the whole
   // pipeline's: ‖g‖² and the loss (which only the last stage computes) are summed over it.
@@ -221,7 +228,7 @@ class Engine {
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
                               const nlohmann::json& client_state = nullptr,
                               const CheckpointSaveOptions& options = {}) {
-    check_not_model_parallel("save_checkpoint");
+    check_checkpointable("save_checkpoint");
     return checkpointer_->save(save_dir, tag, client_state, options);
   }
 
@@ -236,7 +243,7 @@ class Engine {
   // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
                                    const CheckpointLoadOptions& options = {}) {
-    check_not_model_parallel("load_checkpoint");
+    check_checkpointable("load_checkpoint");
     return checkpointer_->load(load_dir, tag, options);
   }
 
@@ -271,6 +278,9 @@ class Engine {
   void run_backward(const std::function<void()>& autograd);
   // Refuses what a tensor- or pipeline-parallel run cannot do yet, naming `what`.
   void check_not_model_parallel(const std::string& what) const;
+  // Refuses a checkpoint of a model-parallel run without what it needs (InitOptions::world_group, a slice of every
+  // sliced parameter), naming `what` and the option.
+  void check_checkpointable(const std::string& what) const;
   // InitOptions::param_groups as ranges of this rank's master partition for the optimizer.
   void set_param_groups(const std::vector<OptimizerParamGroup>& groups);
   void log_step(const StepReport& report);
@@ -308,6 +318,8 @@ class Engine {
   std::shared_ptr<Comm> model_group_;
   std::shared_ptr<Comm> pipe_group_;  // pipeline parallelism (InitOptions::pipeline_group); null without
   std::vector<bool> counted_in_norm_;  // filled when either group is there
+  std::string unsliced_param_;         // a sliced parameter without a TensorSlice ("" when every one has one)
+  std::shared_ptr<Comm> world_group_;  // InitOptions::world_group
 
   TrainingProgress progress_;
   int64_t optimizer_state_bytes_ = 0;

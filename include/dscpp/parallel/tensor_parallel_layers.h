@@ -16,9 +16,10 @@
 #include <torch/torch.h>
 
 #include <memory>
-#include <set>
+#include <map>
 #include <string>
 
+#include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {
@@ -47,6 +48,8 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
   torch::Tensor weight;  // (out / p, in)
   torch::Tensor bias;    // (out / p), or undefined
 
+ const std::shared_ptr<Comm>& group() const { return group_; }
+
  private:
   std::shared_ptr<Comm> group_;
   bool gather_output_;
@@ -63,6 +66,8 @@ class RowParallelLinearImpl : public torch::nn::Module {
 
   torch::Tensor weight;  // (out, in / p)
   torch::Tensor bias;    // (out), whole on every rank, or undefined
+
+ const std::shared_ptr<Comm>& group() const { return group_; }
 
  private:
   std::shared_ptr<Comm> group_;
@@ -81,16 +86,18 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
 
   torch::Tensor weight;  // (V / p, dim)
 
+ const std::shared_ptr<Comm>& group() const { return group_; }
+
  private:
   std::shared_ptr<Comm> group_;
   int64_t vocab_begin_;
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
-// The names (as model.named_parameters() gives them) of the trainable parameters of `model`'s tensor-parallel layers
-// that are slices: Column's weight and bias, Row's weight (its bias is whole), the embedding's table. What the
-// engine's InitOptions::model_parallel_params takes.
-std::set<std::string> tensor_parallel_params(torch::nn::Module& model);
+// The trainable parameters of `model`'s tensor-parallel layers that are slices, by name (as model.named_parameters()
+// gives them), and where each sits in the whole: Column's weight and bias (rows), Row's weight (columns; its bias is
+// whole), the embedding's table (rows). What the engine's InitOptions::model_parallel_slices takes.
+std::map<std::string, TensorSlice> tensor_parallel_slices(torch::nn::Module& model);
 
 // Mean cross-entropy over N positions from logits split over the vocabulary — `logits` (N, V/p) are this rank's
 // columns [vocab_begin, vocab_begin + V/p), as a ColumnParallelLinear without gather_output or the transposed

@@ -66,9 +66,10 @@ class PipelineEngine {
  public:
   // Builds this rank's stage: partitions `model.layers` over groups.pipe's stages by config.pipeline.partition,
   // gathers this stage's modules into one module under their model paths, connects the tie groups and builds the
-  // stage's Engine over groups.data (options.comm, model_parallel_group, pipeline_group and
-  // norm_counted_elsewhere are set here; options.model_parallel_params may name the whole model's sliced parameters,
-  // of which the stage keeps its own). Collective over groups.world. ConfigError for ZeRO stage 2 or 3 (DeepSpeed's
+  // stage's Engine over groups.data (options.comm, model_parallel_group, pipeline_group, world_group and
+  // norm_counted_elsewhere are set here; options.model_parallel_params / _slices may name the whole model's sliced
+  // parameters, of which the stage keeps its own). engine().save_checkpoint / load_checkpoint, called on every rank,
+  // write and read one checkpoint of the whole model (each stage its own layers, a tied one once). Collective over groups.world. ConfigError for ZeRO stage 2 or 3 (DeepSpeed's
   // rule: pipelining accumulates gradients over micro-batches, which stage 2 partitions during backward) and for a
   // pipeline.stages other than the grid's; std::invalid_argument for more stages than layers.
   PipelineEngine(PipelineModel model, const Config& config, ParallelGroups groups, InitOptions options = {});

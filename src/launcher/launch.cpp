@@ -185,6 +185,21 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
   }
   LaunchPlan plan;
   plan.world = resolve_world(options.world);
+  // DeepSpeed's grid (PipeModelDataParallelTopology): data parallelism is what the model-parallel axes leave.
+  if (const int model = options.pipeline_parallel * options.tensor_parallel; model > 1) {
+    const int world = plan.world.world_size();
+    const std::string axes = "pipeline " + std::to_string(options.pipeline_parallel) + " x tensor parallel " +
+                             std::to_string(options.tensor_parallel);
+    if (options.pipeline_parallel < 1 || options.tensor_parallel < 1 || world % model != 0) {
+      throw std::invalid_argument("the program's layout, " + axes + " = " + std::to_string(model) + " ranks per "
+                                  "replica (" + options.layout_source + "), does not divide the " +
+                                  std::to_string(world) + " ranks of this launch: launch a multiple of " +
+                                  std::to_string(model) + " ranks");
+    }
+    plan.grid = "grid: " + std::to_string(world) + " ranks = pipeline " + std::to_string(options.pipeline_parallel) +
+                " x data parallel " + std::to_string(world / model) + " x tensor parallel " +
+                std::to_string(options.tensor_parallel) + " (" + options.layout_source + ")";
+  }
   plan.kind = options.launcher.empty() ? default_kind(options, plan.world) : parse_launcher_kind(options.launcher);
   check_flags(options, plan.world, plan.kind);
   plan.supervisor.grace_seconds = options.grace_seconds;
@@ -214,6 +229,7 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
 
 int run_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus, std::ostream& err) {
   const LaunchPlan plan = plan_launch(options, env, cpus);
+  if (!plan.grid.empty() && !options.no_ssh) err << "[dscpp launch] " << plan.grid << "\n";
   if (plan.kind == LauncherKind::kLocal) {
     // A script run by the interpreter needs only to exist; the interpreter (or any other program) must run.
     if (is_python_script(options) && !options.no_python) {

@@ -221,4 +221,24 @@ TEST(LaunchCli, UsageErrorsAreOneLineAndExit2) {
   EXPECT_EQ(r.out, "");
 }
 
+// The launcher knows the program's model-parallel axes (its --deepspeed_config, its --pipeline_parallel /
+// --tensor_parallel flags, which win): a world they do not divide starts nothing; one they do prints the grid.
+TEST(LaunchCli, TheProgramsLayoutMustDivideTheWorldAndIsPrintedAsAGrid) {
+  const fs::path config = test_dir("layout") / "ds.json";
+  std::ofstream(config) << R"({"pipeline": {"stages": 3}, "tensor_parallel": {"autotp_size": 1}})";
+  auto r = run_command(kDscpp + " launch --num_gpus 4 echo --deepspeed_config " + config.string());
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: the program's layout, pipeline 3 x tensor parallel 1 = 3 ranks per replica (" +
+                       config.string() + "'s pipeline.stages 3), does not divide the 4 ranks of this launch: launch "
+                       "a multiple of 3 ranks\n");
+  EXPECT_EQ(r.out, "");
+  r = run_command(kDscpp + " launch --num_gpus 4 echo --deepspeed_config=" + config.string() +
+                  " --pipeline_parallel 2 --tensor_parallel=2");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.err.find("[dscpp launch] grid: 4 ranks = pipeline 2 x data parallel 1 x tensor parallel 2 (" +
+                       config.string() + "'s pipeline.stages 3, --pipeline_parallel 2, --tensor_parallel 2)"),
+            std::string::npos)
+      << r.err;
+}
+
 }  // namespace

@@ -6,6 +6,10 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <nlohmann/json.hpp>
 
 extern char** environ;
 
@@ -31,6 +35,48 @@ std::vector<int> allowed_cpus() {
     if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
   }
   return cpus;
+}
+
+// `--name VALUE` or `--name=VALUE` among the program's arguments (the last one wins, as CLI parsers take it).
+std::optional<std::string> program_flag(const std::vector<std::string>& args, const std::string& name) {
+  std::optional<std::string> value;
+  for (size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == name && i + 1 < args.size()) value = args[i + 1];
+    if (args[i].rfind(name + "=", 0) == 0) value = args[i].substr(name.size() + 1);
+  }
+  return value;
+}
+
+// The program's pipeline and tensor-parallel sizes: its --deepspeed_config's pipeline.stages and
+// tensor_parallel.autotp_size, then its --pipeline_parallel / --tensor_parallel flags (gpt-train's, which fill the
+// config's). A config the launcher cannot read is the program's to report; "auto" leaves the size to the program.
+void read_program_layout(launcher::LaunchOptions& o) {
+  std::vector<std::string> sources;
+  if (const auto path = program_flag(o.program, "--deepspeed_config")) {
+    std::ifstream in(*path);
+    const auto config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    auto size_at = [&](const char* section, const char* key, int& out) {
+      if (!config.is_object() || !config.contains(section) || !config[section].is_object()) return;
+      const auto& value = (*config.find(section)).value(key, nlohmann::json());
+      if (!value.is_number_integer() || value.get<int>() <= 1) return;  // 0 and 1: no slicing (autotp's 0 too)
+      out = value.get<int>();
+      sources.push_back(*path + "'s " + section + "." + key + " " + std::to_string(out));
+    };
+    size_at("pipeline", "stages", o.pipeline_parallel);
+    size_at("tensor_parallel", "autotp_size", o.tensor_parallel);
+  }
+  for (const auto& [flag, out] : {std::pair<const char*, int*>{"--pipeline_parallel", &o.pipeline_parallel},
+                                  {"--tensor_parallel", &o.tensor_parallel}}) {
+    const auto value = program_flag(o.program, flag);
+    if (!value) continue;
+    try {
+      *out = std::stoi(*value);
+    } catch (const std::exception&) {
+      continue;  // not a number: the program says so
+    }
+    sources.push_back(std::string(flag) + " " + *value);
+  }
+  for (const auto& s : sources) o.layout_source += (o.layout_source.empty() ? "" : ", ") + s;
 }
 
 }  // namespace
@@ -74,6 +120,7 @@ int run_launch_command(CLI::App& launch, launcher::LaunchOptions& options, std::
     std::error_code ec;
     options.self_exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
     options.cwd = std::filesystem::current_path().string();
+    read_program_layout(options);
     return launcher::run_launch(options, current_environment(), allowed_cpus(), err);
   } catch (const std::exception& e) {
     err << "error: " << e.what() << "\n";

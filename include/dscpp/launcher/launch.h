@@ -34,6 +34,13 @@ struct LaunchOptions {
   bool no_python = false;
   bool no_local_rank = false;
   std::string python = "/usr/bin/python3";  // Debian's: its python3-torch runs on the libtorch the engine links
+  // The program's model-parallel layout (dscpp launch reads it from the program's --deepspeed_config — its
+  // pipeline.stages and tensor_parallel.autotp_size — and its --pipeline_parallel / --tensor_parallel flags, as
+  // gpt-train takes them): the world must be a multiple of pipeline × tensor parallel, or nothing starts; the
+  // launch prints the grid. `layout_source` says where the numbers came from, for the messages.
+  int pipeline_parallel = 1;
+  int tensor_parallel = 1;
+  std::string layout_source;
   std::string self_exe;               // this dscpp binary: what ssh runs on the other nodes
   std::string cwd;                    // the directory ranks start in (remote nodes `cd` to it)
 };
@@ -41,6 +48,7 @@ struct LaunchOptions {
 // A launch, fully decided but not started: what tests inspect.
 struct LaunchPlan {
   World world;
+  std::string grid;  // "grid: 8 ranks = pipeline 2 x data parallel 2 x tensor parallel 2" ("" without model parallelism)
   LauncherKind kind = LauncherKind::kLocal;
   std::vector<ChildSpec> children;
   SupervisorOptions supervisor;

@@ -65,18 +65,19 @@ void CheckpointReader::read_range(const std::string& kind, const std::string& pa
   if (out.numel() == 0) return;  // an empty parameter has no fragments
   auto it = fragments_.find(param);
   if (it == fragments_.end()) throw CheckpointError(tag_dir_ + ": the checkpoint has no parameter '" + param + "'");
-  const auto& fragments = it->second;
-  // Every fragment of the reader's own flattening (both whole, or the same slice): read straight from them.
-  const bool same = std::all_of(fragments.begin(), fragments.end(), [&](const auto& f) {
-    return slice ? (f.second->slice && *f.second->slice == *slice) : !f.second->slice;
-  });
-  if (same) {
-    read_fragments(shard_tensor_name(kind, param), fragments, begin, out);
+  // The fragments of the reader's own flattening (the whole's, or the same slice: the manifest checked that each
+  // slice's fragments tile it), when the writer had one: read straight from them.
+  std::vector<std::pair<int, const Fragment*>> mine;
+  for (const auto& f : it->second) {
+    if (slice ? (f.second->slice && *f.second->slice == *slice) : !f.second->slice) mine.push_back(f);
+  }
+  if (!mine.empty()) {
+    read_fragments(shard_tensor_name(kind, param), mine, begin, out);
     return;
   }
   const auto& whole = assemble(kind, param, out.options());
-  const auto mine = slice ? slice->take(whole).view({-1}) : whole;
-  out.copy_(mine.narrow(0, begin, out.numel()));
+  const auto part = slice ? slice->take(whole).view({-1}) : whole;
+  out.copy_(part.narrow(0, begin, out.numel()));
 }
 
 void CheckpointReader::read_fragments(const std::string& name,

@@ -24,13 +24,14 @@ std::optional<torch::ScalarType> dtype_named(const std::string& name) {
   return std::nullopt;
 }
 
-// One tensor of the output: a trained parameter (assembled from its fragments) or a module tensor (a buffer or
-// frozen parameter, whole in rank 0's file).
+// One tensor of the output: a trained parameter (assembled from its fragments and slices) or a module tensor (a
+// buffer or frozen parameter, whole in one rank's file).
 struct OutputTensor {
   std::string name;
   std::vector<int64_t> shape;
   torch::ScalarType dtype;  // as written
   bool module = false;
+  int file = 0;  // a module tensor's: the rank whose file holds it
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
@@ -85,7 +86,7 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
   for (const auto& p : m.params) tensors.push_back({p.name, p.shape, options.dtype, false});
   if (!hf) {
     for (const auto& e : m.module_state) {
-      tensors.push_back({e.name, e.shape, c10::isFloatingType(e.dtype) ? options.dtype : e.dtype, true});
+      tensors.push_back({e.name, e.shape, c10::isFloatingType(e.dtype) ? options.dtype : e.dtype, true, e.rank});
     }
   }
   // Shards as HF plans them: tensors in order, a new file when the next one would pass the limit.
@@ -120,7 +121,8 @@ ConsolidateResult consolidate(const std::string& checkpoint_dir, const std::stri
     SafetensorsWriter writer((fs::path(out_dir) / file).string(), infos, {{"format", "pt"}});
     for (const auto* t : shards[s]) {
       if (t->module) {
-        writer.write(t->name, checkpoint.read(0, shard_tensor_name(kModuleKind, t->name)).view(t->shape).to(t->dtype));
+        writer.write(t->name,
+                     checkpoint.read(t->file, shard_tensor_name(kModuleKind, t->name)).view(t->shape).to(t->dtype));
       } else {
         auto whole =
             torch::empty({t->numel()}, torch::TensorOptions().dtype(from_param16 ? options.dtype : torch::kFloat32));

@@ -287,7 +287,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
     }
   }
 
-  CheckpointedState checkpointed{config_, *comm_,   *stage_, *optimizer_, offload_.get(), *scaler_, progress_,
+  CheckpointedState checkpointed{config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_,
                                  params_, std::move(module_state), dtype_, device_, log_};
   if (model_group_ || pipe_group_) {
     // Each rank writes its own part of the model once: the whole shapes in the manifest, its slices as parts of

@@ -74,9 +74,9 @@ struct InitOptions {
   // slice once, each parameter every slice holds whole (norms, row-parallel biases) once — and
   // activation_partition_group defaults to it. Checkpoints need model_parallel_slices for every sliced parameter.
   std::shared_ptr<Comm> model_parallel_group;
-  // The trainable parameters, by name, that are slices over model_parallel_group (tensor_parallel_params() of the
-  // model's ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding layers); the others are whole on every
-  // model-parallel rank.
+  // The trainable parameters, by name, that are slices over model_parallel_group; the others are whole on every
+  // model-parallel rank. Names alone (Python's mpu, whose parameters do not say where their slice sits) train, but
+  // cannot be checkpointed: prefer model_parallel_slices.
   std::set<std::string> model_parallel_params;
   // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
   // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one

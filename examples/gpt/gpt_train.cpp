@@ -14,6 +14,7 @@
 
 #include "data/batch_sampler.h"
 #include "data/token_dataset.h"
+#include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/dscpp.h"
 #include "dscpp/monitor/flops_profiler.h"
@@ -118,7 +119,8 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--save_dir", a.save_dir, "write checkpoints here (every --save_interval steps and at the end)");
   app.add_option("--save_interval", a.save_interval, "steps between checkpoints (0: only at the end)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--load_dir", a.load_dir, "resume from the checkpoint `latest` names here (any world size / stage)");
+  app.add_option("--load_dir", a.load_dir, "resume from the checkpoint `latest` names here (any world size / stage); "
+                 "a directory holding no checkpoint yet starts from step 0");
   app.add_option("--load_tag", a.load_tag, "resume from this tag of --load_dir instead of `latest`");
   app.add_option("--init_from", a.init_from,
                  "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
@@ -412,7 +414,16 @@ int run(const Args& a) {
     });
   });
   if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);  // (refused above when pipelined)
-  if (!a.load_dir.empty()) engine->load_checkpoint(a.load_dir, a.load_tag);
+  // One command line for the first start and every restart (`--save_dir D --load_dir D`, as under
+  // `dscpp launch`'s supervisor): a D that holds no checkpoint yet starts from step 0, and says so.
+  if (!a.load_dir.empty() && a.load_tag.empty() && dscpp::holds_no_checkpoint(a.load_dir)) {
+    if (rank == 0) {
+      std::cerr << "[gpt-train] --load_dir " << a.load_dir << " holds no checkpoint yet: starting from step 0"
+                << std::endl;
+    }
+  } else if (!a.load_dir.empty()) {
+    engine->load_checkpoint(a.load_dir, a.load_tag);
+  }
   // Saved with every checkpoint, so `dscpp consolidate --format hf-gpt2` can write HF's config.json.
   const nlohmann::json client_state = {
       {"gpt2",

@@ -77,6 +77,18 @@ std::string resolve_tag(const std::string& dir, const std::string& tag) {
   return resolved;
 }
 
+bool holds_no_checkpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return true;
+  if (!fs::is_directory(dir, ec)) return false;  // a file there: loading says what is wrong
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const auto name = entry.path().filename().string();
+    if (name == kLatestFile) return false;
+    if (!name.empty() && name[0] != '.' && entry.is_directory(ec)) return false;
+  }
+  return !ec;
+}
+
 std::string staging_dir(const std::string& dir, const std::string& tag) {
   return (fs::path(dir) / ("." + tag + ".partial")).string();
 }

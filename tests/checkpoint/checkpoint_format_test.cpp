@@ -300,12 +300,15 @@ TEST(CheckpointDir, TagsLatestAndStaging) {
   const auto dir = temp_dir("checkpoint_dir");
   const auto root = (dir / "ckpt").string();
   EXPECT_NE(error_of([&] { resolve_tag(root, ""); }).find("no such checkpoint directory"), std::string::npos);
+  EXPECT_TRUE(holds_no_checkpoint(root));
   prepare_staging(root, "global_step2");
   write_file_durably(staging_dir(root, "global_step2") + "/manifest.json", "{}");
   // Not yet published: it is not a tag and `latest` does not exist.
   EXPECT_TRUE(list_tags(root).empty());
   EXPECT_NE(error_of([&] { resolve_tag(root, ""); }).find("latest: missing"), std::string::npos);
+  EXPECT_TRUE(holds_no_checkpoint(root));  // a crashed first save leaves nothing to resume
   publish_staging(root, "global_step2");
+  EXPECT_FALSE(holds_no_checkpoint(root));  // a tag without `latest`: not empty (loading it names the tag)
   write_latest(root, "global_step2");
   EXPECT_EQ(resolve_tag(root, ""), "global_step2");
   EXPECT_EQ(list_tags(root), std::vector<std::string>{"global_step2"});

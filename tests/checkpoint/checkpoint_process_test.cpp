@@ -300,6 +300,9 @@ TEST(DamagedCheckpoint, EachDamageIsAClearErrorAndNothingIsTouched) {
        "manifest.json: not valid JSON"},
       {"other_model", [](const fs::path&) {}, " --n_layer 3", "written for a different model"},
       {"missing_tag", [](const fs::path&) {}, " --load_tag global_step7", "tag 'global_step7' does not exist"},
+      // A directory with tags but no `latest` is damaged, not empty: it must not restart the job from step 0.
+      {"missing_latest", [](const fs::path& t) { fs::remove(t.parent_path() / "latest"); }, "",
+       "latest: missing, so there is no latest checkpoint to load"},
   };
   for (const auto& damage : damages) {
     const auto root = dir / damage.name;
@@ -315,6 +318,28 @@ TEST(DamagedCheckpoint, EachDamageIsAClearErrorAndNothingIsTouched) {
     EXPECT_NE(all_errors.find(damage.expected), std::string::npos) << damage.name << ":\n" << run.errors();
     EXPECT_NE(all_errors.find((root).string()), std::string::npos) << damage.name << ": the path is not named";
     EXPECT_EQ(file_bytes_of(root / "global_step2"), saved) << damage.name << ": the failed load changed the files";
+  }
+}
+
+// One command line for the first start and every restart: `--save_dir D --load_dir D` starts from step 0 while D
+// holds no checkpoint (and says so), then resumes from it, continuing bitwise as the run that never stopped.
+TEST(RestartCommandLine, StartsFreshOnAnEmptyDirectoryThenResumes) {
+  const Shape shape{2, 1};
+  const auto dir = temp_dir("restart_line");
+  const auto full = gpt_train(shape, dir, "--steps 4");
+  ASSERT_TRUE(full.ok()) << full.errors();
+  const std::string same = flag("save_dir", dir / "ckpt") + flag("load_dir", dir / "ckpt");
+  const auto first = gpt_train(shape, dir, "--steps 2" + same);
+  ASSERT_TRUE(first.ok()) << first.errors();
+  EXPECT_NE(first.ranks[0].err.find("holds no checkpoint yet: starting from step 0"), std::string::npos)
+      << first.errors();
+  const auto again = gpt_train(shape, dir, "--steps 4" + same);
+  ASSERT_TRUE(again.ok()) << again.errors();
+  EXPECT_NE(again.ranks[0].err.find("loaded checkpoint"), std::string::npos) << again.errors();
+  ASSERT_EQ(again.metrics.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(again.metrics[i]["step"], full.metrics[2 + i]["step"]);
+    EXPECT_EQ(again.metrics[i]["loss"].get<double>(), full.metrics[2 + i]["loss"].get<double>());
   }
 }
 

@@ -17,6 +17,12 @@ void check_tag(const std::string& tag);
 // naming the path when the directory, `latest` or the tag does not exist (listing the tags that do).
 std::string resolve_tag(const std::string& dir, const std::string& tag);
 
+// True when `dir` holds no checkpoint at all: it does not exist, or has neither `latest` nor any tag directory (a
+// first save's hidden staging directory, left by a crash, does not count). Then a job whose first start and restarts
+// share one command line (`--save_dir D --load_dir D`) starts fresh. A directory with tags but no `latest` is not
+// empty: loading from it stays an error that lists the tags, so a damaged directory never restarts a job from zero.
+bool holds_no_checkpoint(const std::string& dir);
+
 // The complete tags in `dir` (subdirectories holding a manifest), sorted.
 std::vector<std::string> list_tags(const std::string& dir);
 

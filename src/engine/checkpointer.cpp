@@ -311,7 +311,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
                           loaded.tag + "'; was `latest` replaced during the load?); pass the tag explicitly");
   }
   const Manifest& m = checkpoint->manifest();
-  if (options.load_module_strict && world_size() > s_.comm.world_size()) {
+  if (options.load_module_strict && !holds_whole_model()) {
     check_all_held(m, (fs::path(loaded.path) / kManifestFile).string());
   }
 
@@ -427,7 +427,7 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
 
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
                                     const std::string& source) const {
-  check_same_model(m, s_.params, source, options.load_module_strict, world_size() == s_.comm.world_size());
+  check_same_model(m, s_.params, source, options.load_module_strict, holds_whole_model());
   if (options.load_optimizer_states && !options.load_module_only &&
       (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {
     std::string kinds;

@@ -128,6 +128,8 @@ class Checkpointer {
   Comm& world() const { return s_.world ? *s_.world : s_.comm; }
   int world_rank() const { return world().rank(); }
   int world_size() const { return world().world_size(); }
+  // False with model parallelism: ranks beyond this data-parallel group hold the other stages or slices.
+  bool holds_whole_model() const { return world_size() == s_.comm.world_size(); }
   void check_at_boundary(const char* what) const;
   void validate_tag_across_ranks(const std::string& tag) const;
   // What this rank's shard file holds, in file order. `modules`: the module_state entries this save writes

@@ -32,6 +32,14 @@ LauncherKind default_kind(const LaunchOptions& options, const World& world) {
 
 void check_flags(const LaunchOptions& options, const World& world, LauncherKind kind) {
   const int nodes = static_cast<int>(world.nodes.size());
+  if (options.max_restarts < 0) {
+    throw std::invalid_argument("--max_restarts " + std::to_string(options.max_restarts) + ": must be 0 or more");
+  }
+  if (options.max_restarts > 0 && options.no_ssh && nodes > 1) {
+    throw std::invalid_argument("--max_restarts restarts every rank of the job, so the launcher that starts every "
+                                "node must do it (ssh, slurm, openmpi); with --no_ssh each node's launcher sees only "
+                                "its own ranks");
+  }
   if (options.node_rank != -1 && !options.no_ssh) {
     throw std::invalid_argument("--node_rank is only meaningful with --no_ssh (each node runs its own launcher)");
   }
@@ -228,25 +236,44 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
 }
 
 int run_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus, std::ostream& err) {
-  const LaunchPlan plan = plan_launch(options, env, cpus);
-  if (!plan.grid.empty() && !options.no_ssh) err << "[dscpp launch] " << plan.grid << "\n";
-  if (plan.kind == LauncherKind::kLocal) {
-    // A script run by the interpreter needs only to exist; the interpreter (or any other program) must run.
-    if (is_python_script(options) && !options.no_python) {
-      if (::access(options.program.front().c_str(), R_OK) != 0) {
-        throw std::invalid_argument("script '" + options.program.front() + "' cannot be read");
+  for (int restart = 0;; ++restart) {
+    // Only a launcher that restarts sets the counters: a node's launcher started by ssh passes on what it was given.
+    EnvMap run_env = env;
+    if (options.max_restarts > 0) {
+      run_env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart);
+      run_env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options.max_restarts);
+    }
+    const LaunchPlan plan = plan_launch(options, run_env, cpus);
+    if (restart == 0) {
+      if (!plan.grid.empty() && !options.no_ssh) err << "[dscpp launch] " << plan.grid << "\n";
+      if (plan.kind == LauncherKind::kLocal) {
+        // A script run by the interpreter needs only to exist; the interpreter (or any other program) must run.
+        if (is_python_script(options) && !options.no_python) {
+          if (::access(options.program.front().c_str(), R_OK) != 0) {
+            throw std::invalid_argument("script '" + options.program.front() + "' cannot be read");
+          }
+          check_program(options.python, env);
+        } else {
+          check_program(options.program.front(), env);
+        }
+        if (!options.each_rank_log_dir.empty()) std::filesystem::create_directories(options.each_rank_log_dir);
+      } else {
+        for (const auto& child : plan.children) {
+          err << "[dscpp launch] " << child.name << ": " << shell_join(child.argv) << "\n";
+        }
       }
-      check_program(options.python, env);
-    } else {
-      check_program(options.program.front(), env);
     }
-    if (!options.each_rank_log_dir.empty()) std::filesystem::create_directories(options.each_rank_log_dir);
-  } else {
-    for (const auto& child : plan.children) {
-      err << "[dscpp launch] " << child.name << ": " << shell_join(child.argv) << "\n";
+    const SupervisionResult result = supervise(plan.children, plan.supervisor, err);
+    if (result.exit_code == 0 || result.stopped || options.max_restarts == 0) return result.exit_code;
+    if (restart == options.max_restarts) {
+      err << "[dscpp launch] giving up: the job failed again after " << options.max_restarts << " restart"
+          << (options.max_restarts == 1 ? "" : "s") << " (--max_restarts " << options.max_restarts << ")"
+          << std::endl;
+      return result.exit_code;
     }
+    err << "[dscpp launch] restart " << restart + 1 << " of " << options.max_restarts << ": starting every "
+        << (plan.kind == LauncherKind::kSsh ? "node" : "rank") << " again" << std::endl;
   }
-  return supervise(plan.children, plan.supervisor, err);
 }
 
 }  // namespace dscpp::launcher

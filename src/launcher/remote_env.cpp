@@ -1,4 +1,4 @@
-// Collects the variables exported to remote nodes: NCCL_*/UCX_* from the launcher, then `.deepspeed_env` files.
+// Collects the variables exported to remote nodes: NCCL_*/UCX_*/TORCHELASTIC_* from the launcher, then `.deepspeed_env` files.
 #include "dscpp/launcher/remote_env.h"
 
 #include <cctype>
@@ -11,7 +11,8 @@
 namespace dscpp::launcher {
 namespace {
 
-constexpr const char* kExportPrefixes[] = {"NCCL_", "UCX_"};
+// TORCHELASTIC_*: the restart counters of `--max_restarts`, which the ranks on other nodes read as well.
+constexpr const char* kExportPrefixes[] = {"NCCL_", "UCX_", "TORCHELASTIC_"};
 constexpr const char* kDefaultEnvFile = ".deepspeed_env";
 
 std::string trim(const std::string& text) {

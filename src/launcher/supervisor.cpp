@@ -142,11 +142,13 @@ class SignalScope {
 
 }  // namespace
 
-int supervise(const std::vector<ChildSpec>& specs, const SupervisorOptions& options, std::ostream& err) {
+SupervisionResult supervise(const std::vector<ChildSpec>& specs, const SupervisorOptions& options,
+                            std::ostream& err) {
   SignalScope signals;
   std::vector<Child> children;
   bool stopping = false, killed = false;
-  int exit_code = 0;
+  SupervisionResult result;
+  int& exit_code = result.exit_code;
   Clock::time_point kill_at;
   const auto teardown = [&](int sig) {
     stopping = true;
@@ -202,6 +204,7 @@ int supervise(const std::vector<ChildSpec>& specs, const SupervisorOptions& opti
     return false;
   };
   const auto on_launcher_signal = [&](int sig, const std::string& why) {
+    result.stopped = true;  // also during a teardown after a failure: no restart once the launcher is told to stop
     if (stopping) {  // a second Ctrl-C: no more grace
       if (!killed) signal_all(children, SIGKILL);
       killed = true;
@@ -249,7 +252,7 @@ int supervise(const std::vector<ChildSpec>& specs, const SupervisorOptions& opti
     for (auto& child : children) ::kill(-child.pid, SIGKILL);
   }
   for (auto& child : children) if (child.stdin_keep >= 0) ::close(child.stdin_keep);
-  return exit_code;
+  return result;
 }
 
 }  // namespace dscpp::launcher

@@ -149,7 +149,9 @@ TEST(LaunchCli, SigtermToTheLauncherIsForwarded) {
   const pid_t launcher = ::fork();
   if (launcher == 0) {
     if (::freopen((dir / "err.txt").c_str(), "w", stderr) == nullptr) ::_exit(126);
-    ::execl(kDscpp.c_str(), "dscpp", "launch", "--num_gpus", "2", "sh", "-c", script.c_str(), nullptr);
+    // With restarts left: a launcher told to stop must stop, not start the ranks again.
+    ::execl(kDscpp.c_str(), "dscpp", "launch", "--num_gpus", "2", "--max_restarts", "3", "sh", "-c", script.c_str(),
+            nullptr);
     ::_exit(127);
   }
   // Wait until both ranks are running, then stop the launcher as a scheduler would.
@@ -163,6 +165,7 @@ TEST(LaunchCli, SigtermToTheLauncherIsForwarded) {
   EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
   EXPECT_NE(read_text(dir / "err.txt").find("[dscpp launch] received signal 15 (Terminated); stopping the ranks"),
             std::string::npos);
+  EXPECT_EQ(read_text(dir / "err.txt").find("restart"), std::string::npos) << read_text(dir / "err.txt");
   EXPECT_LT(seconds_since(start), kGenerous);  // the ranks were not waited for
   EXPECT_TRUE(no_process_left(dir, 2));
 }
@@ -219,6 +222,37 @@ TEST(LaunchCli, UsageErrorsAreOneLineAndExit2) {
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err, "error: program 'dscpp_no_such_program_xyz' not found on PATH\n");
   EXPECT_EQ(r.out, "");
+  r = run_command(kDscpp + " launch --max_restarts -1 echo");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "error: --max_restarts -1: must be 0 or more\n");
+  std::ofstream(hostfile) << "w0 slots=2\nw1 slots=2\n";
+  r = run_command(kDscpp + " launch -H " + hostfile.string() + " --no_ssh --node_rank 1 --max_restarts 2 echo");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("error: --max_restarts restarts every rank of the job"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+// torchrun's --max_restarts: a failure stops every rank and starts the whole job again, each start told its count
+// (TORCHELASTIC_RESTART_COUNT); the job ends well once a start succeeds, or with the failure once restarts run out.
+TEST(LaunchCli, MaxRestartsStartsEveryRankAgainAfterAFailure) {
+  const fs::path dir = test_dir("restarts");
+  const std::string log = (dir / "starts").string();
+  auto r = run_command(kDscpp + " launch --num_gpus 2 --max_restarts 3 sh -c 'echo $RANK $TORCHELASTIC_RESTART_COUNT "
+                       "$TORCHELASTIC_MAX_RESTARTS >> " + log + "; if [ $RANK = 1 ] && "
+                       "[ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then kill -9 $$; fi'");
+  EXPECT_EQ(r.code, 0) << r.err;
+  // Rank 0 may be stopped before it writes; rank 1 writes first on every start.
+  std::vector<std::string> rank1;
+  for (const auto& line : sorted_lines(read_text(log))) if (line[0] == '1') rank1.push_back(line);
+  EXPECT_EQ(rank1, (std::vector<std::string>{"1 0 3", "1 1 3", "1 2 3"}));
+  EXPECT_NE(r.err.find("[dscpp launch] restart 2 of 3: starting every rank again"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("restart 3 of 3"), std::string::npos) << r.err;
+
+  r = run_command(kDscpp + " launch --num_gpus 2 --max_restarts 1 sh -c 'exit 4'");
+  EXPECT_EQ(r.code, 4);
+  EXPECT_NE(r.err.find("[dscpp launch] restart 1 of 1: starting every rank again"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("[dscpp launch] giving up: the job failed again after 1 restart (--max_restarts 1)"),
+            std::string::npos) << r.err;
 }
 
 // The launcher knows the program's model-parallel axes (its --deepspeed_config, its --pipeline_parallel /

@@ -103,6 +103,9 @@ CLI::App* add_launch_command(CLI::App& app, launcher::LaunchOptions& o) {
   cmd->add_flag("--no_python", o.no_python, "Run a .py PROGRAM itself, not under the Python interpreter");
   cmd->add_flag("--no_local_rank", o.no_local_rank, "Do not pass --local_rank=N to a .py PROGRAM");
   cmd->add_option("--python", o.python, "The interpreter a .py PROGRAM runs under")->capture_default_str();
+  cmd->add_option("--max_restarts", o.max_restarts,
+                  "After a rank fails, stop every rank and start the job again, up to N times (torchrun's)")
+      ->capture_default_str();
   cmd->add_flag("--no_ssh_check", "Accepted for DeepSpeed compatibility; no effect");
   // Internal: how the ssh launcher hands the resolved world to each node's launcher.
   cmd->add_option("--world_info", o.world.world_info)->group("");

@@ -26,6 +26,11 @@ struct LaunchOptions {
   bool bind_cores_to_rank = false;    // pin local rank i to the i-th even share of the cores; OMP_NUM_THREADS = share
   bool watch_stdin = false;           // internal (set by the ssh launcher): stdin EOF stops this node's ranks
   double grace_seconds = 5.0;         // SIGTERM → SIGKILL grace when tearing down
+  // torchrun's --max_restarts (DeepSpeed's launcher has none): when a rank fails, every rank is stopped and the whole
+  // job started again, up to this many times. Ranks see TORCHELASTIC_RESTART_COUNT (0 on the first start) and
+  // TORCHELASTIC_MAX_RESTARTS, as under torchrun; a program that saves and loads one directory (gpt-train
+  // --save_dir D --load_dir D) continues from its last checkpoint. A launcher told to stop (a signal) never restarts.
+  int max_restarts = 0;
   std::vector<std::string> program;   // PROGRAM ARGS...; a PROGRAM ending in .py is run as DeepSpeed runs it (below)
   // A Python script (PROGRAM ending in .py) runs as `python -u SCRIPT --local_rank=N ARGS...`, as DeepSpeed's
   // launcher runs it: no_python runs the script itself instead, no_local_rank leaves --local_rank out. Ranks started
@@ -63,7 +68,8 @@ LaunchPlan plan_launch(const LaunchOptions& options, const EnvMap& env, const st
 // CPUs stay unused so every rank gets the same). Throws when there are fewer CPUs than ranks.
 std::vector<std::vector<int>> core_shares(const std::vector<int>& cpus, int ranks);
 
-// plan_launch + create the log directory + supervise. Returns the launch's exit code (see supervise()).
+// plan_launch + create the log directory + supervise, again after a failure while restarts are left. Returns the
+// launch's exit code (see SupervisionResult): the last run's.
 int run_launch(const LaunchOptions& options, const EnvMap& env, const std::vector<int>& cpus, std::ostream& err);
 
 }  // namespace dscpp::launcher

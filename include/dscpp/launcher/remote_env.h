@@ -1,5 +1,5 @@
-// What a multi-node launch exports to the other nodes: the launcher's NCCL_* and UCX_* variables, then the
-// KEY=VALUE lines of `.deepspeed_env` (DeepSpeed's convention for per-job environment on every node).
+// What a multi-node launch exports to the other nodes: the launcher's NCCL_*, UCX_* and TORCHELASTIC_* variables,
+// then the KEY=VALUE lines of `.deepspeed_env` (DeepSpeed's convention for per-job environment on every node).
 #pragma once
 
 #include <string>
@@ -13,9 +13,9 @@ namespace dscpp::launcher {
 // a line without '=' or with an empty key is an error naming source:line.
 EnvMap parse_env_file(const std::string& text, const std::string& source);
 
-// The exports for remote nodes, later entries overriding earlier: every NCCL_* / UCX_* of `launcher_env`, then
-// $HOME/NAME, then CWD/NAME, where NAME is $DS_ENV_FILE or ".deepspeed_env" (an absolute $DS_ENV_FILE is read once).
-// Missing files are skipped.
+// The exports for remote nodes, later entries overriding earlier: every NCCL_* / UCX_* / TORCHELASTIC_* of
+// `launcher_env`, then $HOME/NAME, then CWD/NAME, where NAME is $DS_ENV_FILE or ".deepspeed_env" (an absolute
+// $DS_ENV_FILE is read once). Missing files are skipped.
 EnvMap remote_exports(const EnvMap& launcher_env, const std::string& cwd);
 
 }  // namespace dscpp::launcher

@@ -28,10 +28,19 @@ struct SupervisorOptions {
   bool watch_stdin = false;       // EOF on the launcher's own stdin acts like SIGTERM (a launcher started by ssh)
 };
 
-// Runs `children` to completion and returns the launch's exit code: 0 when all exit 0; else the first failure's code
-// (128+N for signal N); 128+N when the launcher itself got signal N. Messages go to `err`. Throws
-// std::runtime_error when a child cannot be started (the ones already started are killed and reaped first).
-// Blocks SIGCHLD/SIGINT/SIGTERM/SIGHUP in the calling thread while it runs; call it from a single-threaded process.
-int supervise(const std::vector<ChildSpec>& children, const SupervisorOptions& options, std::ostream& err);
+// How a supervised run ended. `exit_code`: 0 when every child exited 0; else the first failure's code (128+N for
+// signal N); 128+N when the launcher itself got signal N. `stopped` is true when the launcher was told to stop (a
+// signal, or EOF on a watched stdin) rather than a child failing: a launch that restarts failed ranks must not
+// restart then.
+struct SupervisionResult {
+  int exit_code = 0;
+  bool stopped = false;
+};
+
+// Runs `children` to completion. Messages go to `err`. Throws std::runtime_error when a child cannot be started (the
+// ones already started are killed and reaped first). Blocks SIGCHLD/SIGINT/SIGTERM/SIGHUP in the calling thread
+// while it runs; call it from a single-threaded process.
+SupervisionResult supervise(const std::vector<ChildSpec>& children, const SupervisorOptions& options,
+                            std::ostream& err);
 
 }  // namespace dscpp::launcher

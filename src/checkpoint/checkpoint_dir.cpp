@@ -67,7 +67,10 @@ std::string resolve_tag(const std::string& dir, const std::string& tag) {
     }
     std::getline(in, resolved);
     while (!resolved.empty() && std::isspace(static_cast<unsigned char>(resolved.back()))) resolved.pop_back();
-    if (resolved.empty()) throw CheckpointError(latest + ": empty; it should name a tag");
+    if (resolved.empty()) {
+      throw CheckpointError(latest + ": names no tag yet (the first save into this directory did not finish); pass "
+                            "a tag (complete tags here: " + joined(list_tags(dir)) + ")");
+    }
   }
   check_tag(resolved);
   if (!fs::is_directory(fs::path(dir) / resolved)) {
@@ -81,9 +84,15 @@ bool holds_no_checkpoint(const std::string& dir) {
   std::error_code ec;
   if (!fs::exists(dir, ec)) return true;
   if (!fs::is_directory(dir, ec)) return false;  // a file there: loading says what is wrong
+  const auto latest = fs::path(dir) / kLatestFile;
+  if (fs::exists(latest, ec)) {
+    std::ifstream in(latest);
+    std::string text;
+    in >> text;  // skips whitespace: empty when `latest` names nothing yet
+    return in.eof() && text.empty();
+  }
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const auto name = entry.path().filename().string();
-    if (name == kLatestFile) return false;
     if (!name.empty() && name[0] != '.' && entry.is_directory(ec)) return false;
   }
   return !ec;
@@ -147,6 +156,14 @@ void write_file_durably(const std::string& path, const std::string& text) {
 
 void write_latest(const std::string& dir, const std::string& tag) {
   write_file_durably((fs::path(dir) / kLatestFile).string(), tag + "\n");
+  fsync_dir(dir);
+}
+
+void mark_first_save(const std::string& dir) {
+  const auto latest = (fs::path(dir) / kLatestFile).string();
+  std::error_code ec;
+  if (fs::exists(latest, ec) || !list_tags(dir).empty()) return;
+  write_file_durably(latest, "");
   fsync_dir(dir);
 }
 

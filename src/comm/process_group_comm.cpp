@@ -16,6 +16,8 @@
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include "dscpp/fault/kill_point.h"
+
 namespace dscpp {
 namespace {
 
@@ -141,6 +143,7 @@ bool ProcessGroupComm::widen(const torch::Tensor& t) const {
 }
 
 Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std::function<void()> finish) {
+  fault::kill_point("comm.collective");
   c10::intrusive_ptr<c10d::Work> work;
   try {
     work = issue();

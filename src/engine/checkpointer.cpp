@@ -2,8 +2,6 @@
 // beyond one fragment in flight; a load reads into a second copy of the partition (master and optimizer state) and
 // only then replaces the engine's, so a failed load leaves the engine as it was.
 #include <algorithm>
-#include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -15,18 +13,12 @@
 #include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/engine/checkpointer.h"
+#include "dscpp/fault/kill_point.h"
 
 namespace fs = std::filesystem;
 
 namespace dscpp {
 namespace {
-
-// Crash testing: DSCPP_CHECKPOINT_KILL_AT=<point> makes the process SIGKILL itself there, so tests can show that a
-// save dying at that moment leaves the previous checkpoint and `latest` intact. Unset, it costs one getenv per save.
-void kill_point(const char* point) {
-  const char* at = std::getenv("DSCPP_CHECKPOINT_KILL_AT");
-  if (at != nullptr && std::string(at) == point) std::raise(SIGKILL);
-}
 
 // Runs `fn` on this rank and makes every rank agree on the outcome: if any rank failed, every rank throws (the
 // failed one with its own message), so no rank goes on into a collective the others will never join.
@@ -145,12 +137,14 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   const std::string staging = staging_dir(save_dir, tag);
   all_or_none(world(), "save_checkpoint", [&] {
     check_tag(tag);
-    if (world_rank() == 0) prepare_staging(save_dir, tag);
+    if (world_rank() != 0) return;
+    prepare_staging(save_dir, tag);
+    if (options.save_latest) mark_first_save(save_dir);
   });
 
   // 1. Every rank writes its shard file and its description into the staging directory.
   all_or_none(world(), "save_checkpoint", [&] { write_shard(staging, tag, modules); });
-  kill_point("shard_written");
+  fault::kill_point("checkpoint.shard_written");
 
   // 2. Rank 0 of the run merges the descriptions into the manifest, writes it and publishes the tag.
   all_or_none(world(), "save_checkpoint", [&] {
@@ -158,9 +152,9 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
     auto manifest = describe_checkpoint(tag, client_state);
     merge_descriptions(staging, manifest);
     write_file_durably((fs::path(staging) / kManifestFile).string(), manifest.to_json().dump(1));
-    kill_point("manifest_written");
+    fault::kill_point("checkpoint.manifest_written");
     publish_staging(save_dir, tag);
-    kill_point("published");
+    fault::kill_point("checkpoint.published");
     if (options.save_latest) write_latest(save_dir, tag);
   });
   s_.log("[deepspeed.cpp] saved checkpoint " + (fs::path(save_dir) / tag).string() + " (step " +
@@ -200,7 +194,7 @@ void Checkpointer::write_shard(const std::string& staging, const std::string& ta
                            {{"format", "deepspeed.cpp shard"}, {"tag", tag}, {"rank", std::to_string(world_rank())}});
   for (size_t i = 0; i < contents.size(); ++i) {
     writer.write(contents[i].name, value_of(contents[i]));
-    if (i == contents.size() / 2) kill_point("shard_half_written");
+    if (i == contents.size() / 2) fault::kill_point("checkpoint.shard_half_written");
   }
   writer.close();
   std::vector<uint32_t> sums;

@@ -19,6 +19,7 @@
 #include "dscpp/engine/components.h"
 #include "dscpp/engine/device.h"
 #include "dscpp/engine/host_malloc.h"
+#include "dscpp/fault/kill_point.h"
 #include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/step_log.h"
 #include "dscpp/optim/cpu_adam.h"
@@ -503,6 +504,7 @@ torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
 }
 
 void Engine::begin_forward() {
+  fault::kill_point("engine.forward");
   forward_start_ns_ = now_ns();
   if (CpuMemoryTracker::installed()) {
     forward_start_bytes_ = CpuMemoryTracker::allocated();
@@ -583,6 +585,7 @@ void Engine::backward_from(const std::vector<torch::Tensor>& outputs, const std:
 }
 
 void Engine::run_backward(const std::function<void()>& autograd) {
+  fault::kill_point("engine.backward");
   const int64_t start = now_ns();
   stage_->before_backward();
   autograd();
@@ -601,6 +604,7 @@ bool Engine::step() {
   const bool boundary = is_gradient_accumulation_boundary();
   ++progress_.micro_steps;
   if (!boundary) return false;
+  fault::kill_point("engine.step");
   StepReport report;
   update(report);
   step_times_.steps = 1;

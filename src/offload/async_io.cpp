@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "dscpp/fault/kill_point.h"
+
 namespace dscpp {
 
 // Blocks in flight in the kernel, each tagged with its transfer; reap() returns finished ones.
@@ -194,6 +196,7 @@ AsyncIo::Ticket AsyncIo::write(int fd, const void* buffer, size_t bytes, off_t o
 }
 
 AsyncIo::Ticket AsyncIo::enqueue(Transfer transfer) {
+  fault::kill_point("swap.io");
   if (!aligned(reinterpret_cast<uintptr_t>(transfer.buffer)) || !aligned(transfer.bytes) ||
       !aligned(static_cast<uint64_t>(transfer.offset))) {
     throw std::invalid_argument("AsyncIo: " + transfer.what + ": buffer, length and offset must be multiples of " +

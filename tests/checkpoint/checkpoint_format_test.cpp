@@ -326,6 +326,32 @@ TEST(CheckpointDir, TagsLatestAndStaging) {
   }
 }
 
+// A first save marks the directory with an empty `latest` before it publishes: killed between publishing its tag and
+// naming it, it leaves a directory that still holds no checkpoint (a restart starts fresh), not a damaged one.
+TEST(CheckpointDir, AFirstSaveKilledAfterPublishingLeavesNoCheckpoint) {
+  const auto root = (temp_dir("checkpoint_dir_first") / "ckpt").string();
+  prepare_staging(root, "global_step2");
+  mark_first_save(root);
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "");
+  write_file_durably(staging_dir(root, "global_step2") + "/manifest.json", "{}");
+  publish_staging(root, "global_step2");  // ... and killed here
+  EXPECT_TRUE(holds_no_checkpoint(root));
+  const auto error = error_of([&] { resolve_tag(root, ""); });
+  EXPECT_NE(error.find("latest: names no tag yet (the first save into this directory did not finish); pass a tag "
+                       "(complete tags here: global_step2)"), std::string::npos) << error;
+  EXPECT_EQ(resolve_tag(root, "global_step2"), "global_step2");  // the tag itself is whole
+  // The save that finishes names its tag; later saves never empty `latest` again.
+  write_latest(root, "global_step2");
+  mark_first_save(root);
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "global_step2\n");
+  EXPECT_FALSE(holds_no_checkpoint(root));
+  // A directory whose `latest` went missing stays damaged: no mark makes it look empty.
+  fs::remove(fs::path(root) / "latest");
+  mark_first_save(root);
+  EXPECT_FALSE(fs::exists(fs::path(root) / "latest"));
+  EXPECT_FALSE(holds_no_checkpoint(root));
+}
+
 TEST(ByteSize, ParsesHfStyleSizesAndRejectsOthers) {
   EXPECT_EQ(parse_byte_size("5GB"), 5'000'000'000);
   EXPECT_EQ(parse_byte_size("500MB"), 500'000'000);

@@ -250,7 +250,7 @@ TEST_P(KilledSave, LeavesThePreviousCheckpointAndLatestIntact) {
   const auto before = file_bytes_of(ckpt / "global_step2");
 
   const auto killed = gpt_train(shape, dir, "--steps 4" + flag("load_dir", ckpt) + flag("save_dir", ckpt),
-                                "DSCPP_CHECKPOINT_KILL_AT=" + point);
+                                "DSCPP_KILL_AT=checkpoint." + point);
   EXPECT_EQ(killed.ranks[0].code, 137) << "rank 0 was not killed at " << point << ":\n" << killed.errors();
   EXPECT_EQ(killed.metrics.size(), 2u);  // it trained steps 3-4 and died saving step 4
 

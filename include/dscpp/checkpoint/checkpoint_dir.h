@@ -2,6 +2,9 @@
 // directory (`save_dir/.<tag>.partial`), which becomes `save_dir/<tag>` by one rename once everything in it is
 // fsynced; `save_dir/latest` is replaced the same way afterwards. A crash at any point leaves every earlier tag
 // untouched and `latest` naming a complete one; a stale staging directory is removed by the next save of its tag.
+// Before a directory's first save publishes anything, `latest` is created empty ("no checkpoint yet"), so a first save
+// killed between publishing its tag and naming it leaves a directory that reads as holding no checkpoint, not one
+// whose `latest` went missing.
 #pragma once
 
 #include <string>
@@ -14,13 +17,15 @@ namespace dscpp {
 void check_tag(const std::string& tag);
 
 // The tag to load from `dir`: `tag` itself, or what `dir/latest` names when `tag` is empty. Throws CheckpointError
-// naming the path when the directory, `latest` or the tag does not exist (listing the tags that do).
+// naming the path when the directory, `latest` or the tag does not exist, or `latest` names no tag yet (listing the
+// tags that do exist).
 std::string resolve_tag(const std::string& dir, const std::string& tag);
 
-// True when `dir` holds no checkpoint at all: it does not exist, or has neither `latest` nor any tag directory (a
-// first save's hidden staging directory, left by a crash, does not count). Then a job whose first start and restarts
-// share one command line (`--save_dir D --load_dir D`) starts fresh. A directory with tags but no `latest` is not
-// empty: loading from it stays an error that lists the tags, so a damaged directory never restarts a job from zero.
+// True when `dir` holds no checkpoint: it does not exist, has neither `latest` nor any tag directory (a first save's
+// hidden staging directory, left by a crash, does not count), or its `latest` is empty (its first save never
+// finished: a tag it published is not committed). Then a job whose first start and restarts share one command line
+// (`--save_dir D --load_dir D`) starts fresh. A directory with tags but no `latest` at all is not empty: loading from
+// it stays an error that lists the tags, so a damaged directory never restarts a job from zero.
 bool holds_no_checkpoint(const std::string& dir);
 
 // The complete tags in `dir` (subdirectories holding a manifest), sorted.
@@ -37,6 +42,10 @@ void publish_staging(const std::string& dir, const std::string& tag);
 
 // Replaces `dir/latest` with `tag` (temporary file, fsync, rename, fsync of `dir`).
 void write_latest(const std::string& dir, const std::string& tag);
+
+// Creates an empty `dir/latest` ("no checkpoint yet") when there is none, durably; called before a save publishes.
+// A directory whose `latest` went missing but which holds tags is left as it is (loading it stays an error).
+void mark_first_save(const std::string& dir);
 
 // Writes `text` to `path` through a temporary file, fsync and rename: `path` is either the old file or the whole
 // new one, never a part.

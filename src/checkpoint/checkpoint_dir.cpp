@@ -38,9 +38,15 @@ void fsync_path(const std::string& path, int flags) {
 }  // namespace
 
 void check_tag(const std::string& tag) {
-  if (tag.empty() || tag.find('/') != std::string::npos || tag[0] == '.' || tag == kLatestFile) {
-    throw CheckpointError("checkpoint tag '" + tag + "' is not allowed: it must be a plain directory name (no '/', "
-                          "not starting with '.', not \"latest\")");
+  // No '/' and no leading '.' (so no ".."): a tag from the command line or a `latest` file names a directory inside
+  // the checkpoint directory, never one elsewhere; no control characters, which would break `latest`'s one line.
+  const bool control =
+      std::any_of(tag.begin(), tag.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)) != 0; });
+  if (tag.empty() || tag.find('/') != std::string::npos || tag[0] == '.' || tag == kLatestFile || control) {
+    std::string shown = tag;  // a NUL would end the message where it stands
+    for (char& c : shown) if (std::iscntrl(static_cast<unsigned char>(c)) != 0) c = '?';
+    throw CheckpointError("checkpoint tag '" + shown + "' is not allowed: it must be a plain directory name (no '/', "
+                          "not starting with '.', no control characters, not \"latest\")");
   }
 }
 
@@ -73,6 +79,11 @@ std::string resolve_tag(const std::string& dir, const std::string& tag) {
     }
   }
   check_tag(resolved);
+  // A tag that is a symbolic link could lead a load anywhere on the machine: tags are directories, not links.
+  if (fs::is_symlink(fs::path(dir) / resolved)) {
+    throw CheckpointError((fs::path(dir) / resolved).string() + ": tag '" + resolved + "' is a symbolic link; a "
+                          "checkpoint's tags must be directories inside it");
+  }
   if (!fs::is_directory(fs::path(dir) / resolved)) {
     throw CheckpointError((fs::path(dir) / resolved).string() + ": tag '" + resolved + "' does not exist (complete "
                           "tags here: " + joined(list_tags(dir)) + ")");
@@ -138,7 +149,8 @@ void publish_staging(const std::string& dir, const std::string& tag) {
 
 void write_file_durably(const std::string& path, const std::string& text) {
   const auto temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ::unlink(temp.c_str());  // a stale one of ours; a link planted there is removed, never written through
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) throw CheckpointError(temp + ": cannot create: " + std::strerror(errno));
   const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
   const int err = errno;

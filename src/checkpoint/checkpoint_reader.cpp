@@ -21,6 +21,12 @@ SafetensorsReader& CheckpointReader::file(int rank) {
     const auto& entry = manifest_.files[rank];
     const auto path = (fs::path(tag_dir_) / entry.file).string();
     if (!fs::exists(path)) throw CheckpointError(path + ": shard file of rank " + std::to_string(rank) + " is missing");
+    // The manifest names plain files of the tag's own directory (Manifest checks the names); a link there would
+    // read a file from elsewhere.
+    if (fs::is_symlink(path)) {
+      throw CheckpointError(path + ": shard file of rank " + std::to_string(rank) + " is a symbolic link; shard files "
+                            "must be regular files inside the tag's directory");
+    }
     try {
       files_[rank] = std::make_unique<SafetensorsReader>(path);
     } catch (const CheckpointError&) {

@@ -48,7 +48,16 @@ HfGpt2Weights::HfGpt2Weights(const std::string& path) : path_(path) {
         throw std::runtime_error(index.string() + ": no \"weight_map\" object");
       }
       std::set<std::string> unique;
-      for (const auto& [name, file] : json["weight_map"].items()) unique.insert(file.get<std::string>());
+      for (const auto& [name, file] : json["weight_map"].items()) {
+        // The index names files beside it: a path elsewhere ("../x", "/etc/x") is refused, not opened. (Links are
+        // allowed: the Hugging Face cache makes every snapshot file one.)
+        const std::string text = file.is_string() ? file.get<std::string>() : std::string();
+        if (text.empty() || text.find('/') != std::string::npos || text[0] == '.') {
+          throw std::runtime_error(index.string() + ": weight_map[\"" + name + "\"] is " + file.dump() +
+                                   "; it must be the name of a file beside the index");
+        }
+        unique.insert(text);
+      }
       for (const auto& file : unique) files.push_back((fs::path(path) / file).string());
     } else if (fs::exists(fs::path(path) / "model.safetensors")) {
       files.push_back((fs::path(path) / "model.safetensors").string());

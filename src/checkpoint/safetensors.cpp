@@ -87,7 +87,10 @@ SafetensorsWriter::SafetensorsWriter(std::string path, const std::vector<TensorI
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the data section starts 8-byte aligned, as the format suggests
-  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // Never through a link someone planted at the temporary name: a stale file of ours is removed, then the name must
+  // be new (O_EXCL) and not a symbolic link (O_NOFOLLOW).
+  ::unlink(temp_path_.c_str());
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd_ < 0) throw std::runtime_error(path_ + ": cannot create " + temp_path_ + ": " + errno_text());
   uint8_t length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));

@@ -55,6 +55,20 @@ HostSlots* find_host(Resources& resources, const std::string& host) {
   return nullptr;
 }
 
+// Host names reach ssh's and srun's command lines: a name ssh could take for an option ("-oProxyCommand=...") or a
+// shell could take for code (";", "$(...)", quotes) is refused, not quoted. What is left is what DNS names and IPv4
+// addresses use (':' and '@' separate slots and nodes in DeepSpeed's --include syntax).
+void check_host_name(const std::string& host, const std::string& where) {
+  const bool plain = !host.empty() && host[0] != '-' && host[0] != '.' &&
+                     std::all_of(host.begin(), host.end(), [](char c) {
+                       return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+                     });
+  if (!plain) {
+    throw std::invalid_argument(where + ": host name '" + host + "' is not allowed: a host name or IPv4 address "
+                                "(letters, digits, '.', '-', '_'; not starting with '-' or '.')");
+  }
+}
+
 std::vector<int> range(int n) {
   std::vector<int> slots(n);
   for (int i = 0; i < n; ++i) slots[i] = i;
@@ -83,6 +97,7 @@ Resources parse_hostfile(const std::string& text, const std::string& source) {
       throw std::invalid_argument(where + ": bad slot count '" + count + "' for host '" + host +
                                   "' (expected a positive integer)");
     }
+    check_host_name(host, where);
     if (find_host(pool, host) != nullptr) {
       throw std::invalid_argument(where + ": host '" + host + "' is listed twice");
     }
@@ -109,6 +124,7 @@ Resources parse_node_spec(const std::string& spec, const std::string& flag) {
     if (entry.host.empty()) {
       throw std::invalid_argument(where + ": empty host name (expected NAME[:SLOT,...][@NAME...])");
     }
+    check_host_name(entry.host, where);
     if (colon != std::string::npos) {
       for (const std::string& slot : split(node.substr(colon + 1), ',')) entry.slots.push_back(parse_slot(slot, where));
     }

@@ -1,6 +1,7 @@
 // The checkpoint format without processes: safetensors checksums and damage, manifest validation, the directory
 // protocol (tags, latest, staging), fragment arithmetic and byte sizes.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -324,6 +325,36 @@ TEST(CheckpointDir, TagsLatestAndStaging) {
   for (const std::string bad : {"", "a/b", ".hidden", "latest"}) {
     EXPECT_NE(error_of([&] { check_tag(bad); }).find("is not allowed"), std::string::npos) << bad;
   }
+}
+
+// Names from the command line, a `latest` file or a manifest stay inside the checkpoint directory: no "..", no '/',
+// no links followed to elsewhere, no temporary file written through a link planted at its name.
+TEST(CheckpointDir, NothingLeadsOutsideTheCheckpointDirectory) {
+  const auto dir = temp_dir("checkpoint_dir_escape");
+  const auto root = (dir / "ckpt").string();
+  const std::vector<std::string> escapes = {"..", "../x", "/etc", "a/../../b", "tag\nother", std::string("t\0", 2)};
+  for (const auto& bad : escapes) {
+    EXPECT_NE(error_of([&] { check_tag(bad); }).find("is not allowed"), std::string::npos) << bad;
+  }
+  // A `latest` that names a path outside.
+  fs::create_directories(root);
+  std::ofstream(fs::path(root) / "latest") << "../outside\n";
+  EXPECT_NE(error_of([&] { resolve_tag(root, ""); }).find("checkpoint tag '../outside' is not allowed"),
+            std::string::npos);
+  // A tag that is a link to a directory elsewhere.
+  fs::create_directories(dir / "elsewhere");
+  std::ofstream(dir / "elsewhere" / "manifest.json") << "{}";
+  fs::create_directory_symlink(dir / "elsewhere", fs::path(root) / "global_step5");
+  EXPECT_NE(error_of([&] { resolve_tag(root, "global_step5"); })
+                .find("global_step5: tag 'global_step5' is a symbolic link; a checkpoint's tags must be directories "
+                      "inside it"),
+            std::string::npos);
+  // A link planted at the temporary name `latest` is written through: the file it points to stays as it was.
+  std::ofstream(dir / "victim") << "precious";
+  fs::create_symlink(dir / "victim", fs::path(root) / ("latest.tmp." + std::to_string(::getpid())));
+  write_latest(root, "global_step2");
+  EXPECT_EQ(read_text(dir / "victim"), "precious");
+  EXPECT_EQ(read_text(fs::path(root) / "latest"), "global_step2\n");
 }
 
 // A first save marks the directory with an empty `latest` before it publishes: killed between publishing its tag and

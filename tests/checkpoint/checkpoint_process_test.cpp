@@ -313,6 +313,14 @@ TEST(DamagedCheckpoint, EachDamageIsAClearErrorAndNothingIsTouched) {
        "", "checksum mismatch in tensor 'master/wte.weight'"},
       {"truncated", [](const fs::path& t) { fs::resize_file(t / "rank_00001.safetensors", 4096); }, "",
        "rank_00001.safetensors: truncated"},
+      // A shard that is a link reads a file from elsewhere (here an intact copy): refused, not followed.
+      {"linked_shard",
+       [](const fs::path& t) {
+         fs::copy_file(t / "rank_00001.safetensors", t.parent_path().parent_path() / "shard_elsewhere");
+         fs::remove(t / "rank_00001.safetensors");
+         fs::create_symlink(t.parent_path().parent_path() / "shard_elsewhere", t / "rank_00001.safetensors");
+       },
+       "", "rank_00001.safetensors: shard file of rank 1 is a symbolic link"},
       {"bad_manifest", [](const fs::path& t) { std::ofstream(t / "manifest.json") << "{\"format\": "; }, "",
        "manifest.json: not valid JSON"},
       {"other_model", [](const fs::path&) {}, " --n_layer 3", "written for a different model"},

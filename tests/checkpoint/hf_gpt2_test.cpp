@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "../common/subprocess.h"
 #include "dscpp/dscpp.h"
@@ -58,6 +59,23 @@ void write_hf_style(gpt::Gpt& source, const std::string& path) {
   SafetensorsWriter writer(path, infos, {{"format", "pt"}});
   for (const auto& [name, value] : values) writer.write(name, value);
   writer.close();
+}
+
+// An index that names a file outside its directory is refused before anything is opened.
+TEST(HfGpt2, AnIndexNamingFilesElsewhereIsRefused) {
+  const auto dir = temp_dir("hf_index_escape");
+  for (const std::string& file : {std::string("\"../outside.safetensors\""), std::string("\"/etc/passwd\""),
+                                  std::string("\".hidden\""), std::string("7")}) {
+    std::ofstream(dir / "model.safetensors.index.json") << "{\"weight_map\": {\"wte.weight\": " + file + "}}";
+    std::string error;
+    try {
+      HfGpt2Weights weights(dir.string());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("model.safetensors.index.json: weight_map[\"wte.weight\"] is " + file +
+                         "; it must be the name of a file beside the index"), std::string::npos) << error;
+  }
 }
 
 TEST(HfGpt2, HfLayoutLoadsIntoOurModelOnEveryStage) {

@@ -33,6 +33,22 @@ TEST(Hostfile, ErrorsNameFileAndLine) {
                "--hostfile '/nonexistent/hostfile': cannot read the file");
 }
 
+// Host names go onto ssh's and srun's command lines: a name ssh would read as an option, or a shell as code, is
+// refused wherever a name comes from (hostfile, --include / --exclude, --world_info).
+TEST(Hostfile, HostileHostNamesAreRefused) {
+  const std::string rule = "is not allowed: a host name or IPv4 address (letters, digits, '.', '-', '_'; not starting "
+                           "with '-' or '.')";
+  for (const std::string bad : {"-oProxyCommand=touch${IFS}/tmp/x", "w1;reboot", "$(id)", "`id`", "w'1", "w\"1",
+                                "..", "w1|x", "w1&", "w1>f", "-p2222"}) {
+    expect_error([&] { parse_hostfile("ok slots=1\n" + bad + " slots=2\n", "hf"); },
+                 "hf:2: host name '" + bad + "' " + rule);
+  }
+  expect_error([] { parse_node_spec("a@$(id):0", "--include"); },
+               "--include 'a@$(id):0': host name '$(id)' " + rule);
+  // Names DNS and DeepSpeed's hostfiles use pass.
+  EXPECT_EQ(parse_hostfile("node-1.cluster_a slots=1\n10.0.0.2 slots=1\n", "hf").size(), 2u);
+}
+
 TEST(Hostfile, IncludeKeepsNamedSlotsInPoolOrder) {
   EXPECT_EQ(filter_resources(kPool, "a:0,2@b", ""), (Resources{{"a", {0, 2}}, {"b", {0, 1}}}));
   // Hosts come in hostfile order whatever the spec's order; slots keep the written order, duplicates dropped.

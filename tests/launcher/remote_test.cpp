@@ -79,6 +79,35 @@ TEST(RemoteCommands, Ssh) {
   EXPECT_EQ(ssh_command("w0", "/w", {}, {"p"}).back(), "cd /w && p");
 }
 
+// What ssh hands the remote shell, run by a real shell: hostile values in the working directory, the exports and the
+// program's arguments arrive as the same bytes, and nothing in them runs.
+TEST(RemoteCommands, SshCommandLineSurvivesHostileValuesInARealShell) {
+  const std::string dir = ::testing::TempDir() + "dscpp_quote_$(touch pwned)_'x'";
+  std::filesystem::create_directories(dir);
+  const EnvMap exports = {{"X", "$(touch pwned); 'q'"}};
+  // The remote side of ssh: its last word, run by /bin/sh.
+  const auto remote_output = [&](const std::vector<std::string>& argv) {
+    const std::string remote = ssh_command("w1", dir, exports, argv).back();
+    FILE* pipe = ::popen(("/bin/sh -c " + shell_quote(remote)).c_str(), "r");
+    std::string out;
+    if (pipe == nullptr) return out;
+    char buffer[256];
+    for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) out.append(buffer, n);
+    EXPECT_EQ(::pclose(pipe), 0) << remote;
+    return out;
+  };
+  const std::vector<std::string> hostile = {"$(touch pwned)", "`touch pwned`", "a'b\"c", "x; touch pwned", "$HOME",
+                                            "-n", "line\nbreak", "*"};
+  std::vector<std::string> argv{"printf", "[%s]"};
+  argv.insert(argv.end(), hostile.begin(), hostile.end());
+  std::string want;
+  for (const auto& word : hostile) want += "[" + word + "]";
+  EXPECT_EQ(remote_output(argv), want);
+  EXPECT_EQ(remote_output({"printenv", "X"}), "$(touch pwned); 'q'\n");
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir) / "pwned"));
+  EXPECT_FALSE(std::filesystem::exists("pwned"));
+}
+
 TEST(RemoteCommands, Srun) {
   EXPECT_EQ(srun_command(two_by_two(), true, {{"NCCL_DEBUG", "INFO"}}, {"--partition=gpu"}, {"train", "--lr", "3"}),
             (std::vector<std::string>{"srun", "-n", "4", "--nodes=2", "--ntasks-per-node=2", "--nodelist=w0,w1",

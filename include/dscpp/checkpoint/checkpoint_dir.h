@@ -12,13 +12,13 @@
 
 namespace dscpp {
 
-// Throws CheckpointError unless `tag` can be a directory name here: not empty, no '/', not starting with '.', not
-// "latest".
+// Throws CheckpointError unless `tag` can be a directory name here: not empty, no '/', not starting with '.' (so
+// not ".."), no control characters, not "latest".
 void check_tag(const std::string& tag);
 
 // The tag to load from `dir`: `tag` itself, or what `dir/latest` names when `tag` is empty. Throws CheckpointError
-// naming the path when the directory, `latest` or the tag does not exist, or `latest` names no tag yet (listing the
-// tags that do exist).
+// naming the path when the directory, `latest` or the tag does not exist, the tag is a symbolic link, or `latest`
+// names no tag yet (listing the tags that do exist).
 std::string resolve_tag(const std::string& dir, const std::string& tag);
 
 // True when `dir` holds no checkpoint: it does not exist, has neither `latest` nor any tag directory (a first save's

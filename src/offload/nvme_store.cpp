@@ -27,9 +27,16 @@ int64_t round_up(int64_t bytes) {
   return (bytes + a - 1) / a * a;
 }
 
-std::string gib(int64_t bytes) {
+// Sizes in the unit that shows them: a small model's swap files on a nearly full disk are not "0.00 GiB".
+std::string size_text(int64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  if (bytes >= (int64_t{1} << 30)) {
+    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  } else if (bytes >= (int64_t{1} << 20)) {
+    std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  } else {
+    std::snprintf(text, sizeof text, "%lld bytes", static_cast<long long>(bytes));
+  }
   return text;
 }
 
@@ -137,9 +144,9 @@ class NvmeStoreImpl final : public StateStore {
     if (rc != 0) {
       ::close(fd_);
       fd_ = -1;
-      throw std::runtime_error(options_.config_key + " \"" + dir + "\": cannot reserve " + gib(needed) +
+      throw std::runtime_error(options_.config_key + " \"" + dir + "\": cannot reserve " + size_text(needed) +
                                " for rank " + std::to_string(options_.rank) + "'s " + options_.role + " state (" +
-                               std::strerror(rc) + (free_bytes >= 0 ? "; " + gib(free_bytes) + " free" : "") +
+                               std::strerror(rc) + (free_bytes >= 0 ? "; " + size_text(free_bytes) + " free" : "") +
                                "): free space there, point nvme_path at a larger disk, or use more ranks");
     }
   }

@@ -2,13 +2,19 @@
 // (generator state, client state), load options, and calls at the wrong moment. Counters and optimizer state are
 // covered by the exact-resume runs in checkpoint_process_test.cpp.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
 #include <filesystem>
 
 #include "../common/error_of.h"
 #include "../common/subprocess.h"
 #include "../common/test_device.h"
+#include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/consolidate.h"
 #include "dscpp/checkpoint/manifest.h"
 #include "dscpp/checkpoint/safetensors.h"
@@ -109,6 +115,82 @@ TEST(EngineCheckpoint, SaveAndLoadOnlyAtAnAccumulationBoundary) {
       else engine->load_checkpoint((dir / "ckpt").string());
     });
     EXPECT_NE(error.find("inside an accumulation of 2"), std::string::npos) << what << ": " << error;
+  }
+}
+
+// A save that runs out of disk fails with the directory named, leaves `latest` and the last checkpoint as they were,
+// and the engine trains and saves on. Two ways to fill a disk: a small tmpfs where this process may mount one (root),
+// and everywhere a file-size limit (RLIMIT_FSIZE, with SIGXFSZ ignored so writes fail with EFBIG, as a full disk
+// fails them with ENOSPC).
+std::string save_error(Engine& engine, const std::string& dir, const std::function<void()>& fill) {
+  fill();
+  std::string error = "(no error)";
+  try {
+    engine.save_checkpoint(dir, "second");
+  } catch (const CheckpointError& e) {
+    error = e.what();
+  } catch (const std::exception& e) {
+    error = std::string("not a CheckpointError: ") + e.what();
+  }
+  return error;
+}
+
+TEST(EngineCheckpoint, AFullDiskFailsTheSaveKeepsTheLastCheckpointAndTrainingGoesOn) {
+  const auto dir = temp_dir("engine_checkpoint_full");
+  auto model = std::make_shared<FcImpl>(512, false);  // 4,608 parameters: a checkpoint of about 75 KB
+  auto engine = make_engine("AdamW", 1, model);
+  struct Disk {
+    std::string name, dir;
+    std::function<void()> fill, free;
+    std::string error;  // errno text the save reports
+  };
+  std::vector<Disk> disks;
+  const auto tmpfs = dir / "tmpfs";
+  fs::create_directories(tmpfs);
+  // 128 KiB: the first checkpoint fits, a second beside it does not.
+  if (std::system(("mount -t tmpfs -o size=128k tmpfs " + tmpfs.string() + " 2>/dev/null").c_str()) == 0) {
+    disks.push_back({"tmpfs", (tmpfs / "ckpt").string(), [] {},
+                     [tmpfs] { [[maybe_unused]] int rc = std::system(("umount " + tmpfs.string()).c_str()); },
+                     "No space left on device"});
+  } else {
+    std::cerr << "[ note ] cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN): RLIMIT_FSIZE only\n";
+  }
+  rlimit saved{};
+  ::getrlimit(RLIMIT_FSIZE, &saved);
+  disks.push_back({"rlimit_fsize", (dir / "limited").string(),
+                   [saved] {
+                     std::signal(SIGXFSZ, SIG_IGN);
+                     rlimit small = saved;
+                     small.rlim_cur = 16 * 1024;
+                     ::setrlimit(RLIMIT_FSIZE, &small);
+                   },
+                   [saved] {
+                     ::setrlimit(RLIMIT_FSIZE, &saved);
+                     std::signal(SIGXFSZ, SIG_DFL);
+                   },
+                   "File too large"});
+  for (auto& disk : disks) {
+    SCOPED_TRACE(disk.name);
+    train_step(*engine, *model);
+    engine->save_checkpoint(disk.dir, "first");
+    const auto first = read_text(fs::path(disk.dir) / "first" / "rank_00000.safetensors");
+    train_step(*engine, *model);
+    const std::string error = save_error(*engine, disk.dir, disk.fill);
+    EXPECT_NE(error.find(disk.dir), std::string::npos) << error;
+    EXPECT_NE(error.find(disk.error), std::string::npos) << error;
+    EXPECT_EQ(read_text(fs::path(disk.dir) / "latest"), "first\n");
+    EXPECT_TRUE(read_text(fs::path(disk.dir) / "first" / "rank_00000.safetensors") == first);
+    EXPECT_FALSE(fs::exists(fs::path(disk.dir) / "second"));
+    // Nothing of the failed save is left taking the space a next save needs.
+    const auto staging = fs::path(staging_dir(disk.dir, "second"));
+    EXPECT_TRUE(!fs::exists(staging) || fs::is_empty(staging));
+    disk.free();
+    // Training goes on, and a save with room succeeds and loads.
+    train_step(*engine, *model);
+    const auto roomy = (dir / ("roomy_" + disk.name)).string();
+    engine->save_checkpoint(roomy, "third");
+    auto other = make_engine("AdamW", 1, std::make_shared<FcImpl>(512, false));
+    EXPECT_EQ(other->load_checkpoint(roomy).tag, "third");
   }
 }
 

@@ -93,9 +93,11 @@ Resources parse_hostfile(const std::string& text, const std::string& source) {
       throw std::invalid_argument(where + ": expected 'HOST slots=N', got '" + line + "'");
     }
     const std::string count = slots_field.substr(prefix.size());
-    if (!all_digits(count) || count.size() > 7 || std::stoi(count) == 0) {
+    // Bounded like a slot id (kMaxSlot): a count whose ids --include could not name is a typo (found by fuzzing: a
+    // host of 6,666,666 slots made the world's description megabytes long).
+    if (!all_digits(count) || count.size() > 7 || std::stoi(count) == 0 || std::stoi(count) > kMaxSlot) {
       throw std::invalid_argument(where + ": bad slot count '" + count + "' for host '" + host +
-                                  "' (expected a positive integer)");
+                                  "' (expected a positive integer up to " + std::to_string(kMaxSlot) + ")");
     }
     check_host_name(host, where);
     if (find_host(pool, host) != nullptr) {
@@ -117,8 +119,8 @@ Resources read_hostfile(const std::string& path) {
 
 Resources parse_node_spec(const std::string& spec, const std::string& flag) {
   Resources nodes;
+  const std::string where = flag + " '" + spec + "'";  // once: per node it made long specs quadratic (fuzzing)
   for (const std::string& node : split(spec, '@')) {
-    const std::string where = flag + " '" + spec + "'";
     const size_t colon = node.find(':');
     HostSlots entry{node.substr(0, colon), {}};
     if (entry.host.empty()) {

@@ -20,11 +20,13 @@ TEST(Hostfile, ParsesHostsCommentsAndBlankLines) {
 TEST(Hostfile, ErrorsNameFileAndLine) {
   expect_error([] { parse_hostfile("a slots=1\n\na slots=2\n", "hf"); }, "hf:3: host 'a' is listed twice");
   expect_error([] { parse_hostfile("a slots=x\n", "hf"); },
-               "hf:1: bad slot count 'x' for host 'a' (expected a positive integer)");
+               "hf:1: bad slot count 'x' for host 'a' (expected a positive integer up to 1048576)");
   expect_error([] { parse_hostfile("# c\na slots=0\n", "hf"); },
-               "hf:2: bad slot count '0' for host 'a' (expected a positive integer)");
+               "hf:2: bad slot count '0' for host 'a' (expected a positive integer up to 1048576)");
   expect_error([] { parse_hostfile("a slots=-2\n", "hf"); },
-               "hf:1: bad slot count '-2' for host 'a' (expected a positive integer)");
+               "hf:1: bad slot count '-2' for host 'a' (expected a positive integer up to 1048576)");
+  expect_error([] { parse_hostfile("a slots=6666666\n", "hf"); },
+               "hf:1: bad slot count '6666666' for host 'a' (expected a positive integer up to 1048576)");
   expect_error([] { parse_hostfile("a slots=1\nb 4\n", "hf"); }, "hf:2: expected 'HOST slots=N', got 'b 4'");
   expect_error([] { parse_hostfile("lonely\n", "hf"); }, "hf:1: expected 'HOST slots=N', got 'lonely'");
   expect_error([] { parse_hostfile("# only a comment\n\n", "hf"); },

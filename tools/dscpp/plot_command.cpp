@@ -156,7 +156,9 @@ std::string render_plot(std::istream& jsonl, const std::string& source, const st
     }
     std::vector<double> values;
     for (const auto& p : s.points) values.push_back(p.second);
-    const auto [y_lo, y_hi] = range_of(values);
+    // Plain names, not a structured binding: C++17 lambdas cannot capture one (clang refuses it).
+    const std::pair<double, double> y_range = range_of(values);
+    const double y_lo = y_range.first, y_hi = y_range.second;
     auto y_of = [&](double v) { return bottom - (v - y_lo) / (y_hi - y_lo) * kPanelHeight; };
     for (double t : ticks(y_lo, y_hi)) {
       std::snprintf(buf, sizeof buf,

@@ -9,10 +9,12 @@
 #include "process_group_comm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -108,12 +110,16 @@ std::string ProcessGroupComm::prefix() const {
   return "rank " + std::to_string(rank_) + "/" + std::to_string(world_size_) + ": ";
 }
 
-// Keys "dscpp/side/<call>/<rank>". A rank deletes its own key of call k-2 during call k, so the store holds at most
-// a few calls' keys. That is safe: any rank r read our key of call k-2 during its call k-2, before it set its key of
-// call k-1; and we finished call k-1 only after reading r's key of call k-1.
+// Keys "dscpp/side/<call mod 4>/<rank>". A rank deletes its own key of call k-2 during call k, so the store holds at
+// most a few calls' keys. That is safe: any rank r read our key of call k-2 during its call k-2, before it set its key
+// of call k-1; and we finished call k-1 only after reading r's key of call k-1. The names are reused mod 4, because
+// LibTorch 1.13's TCPStore keeps about 125 bytes for every key name it has seen, deleted or not (measured: 20,000
+// distinct keys grew the store's process by 2.5 MB; 8 reused names, not at all). Reuse is safe: call k's name last
+// named call k-4's key, which its rank deleted at the end of its call k-2 — before it set its key of call k-1, which
+// any reader of call k has read.
 std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t>& values) {
   const int64_t call = side_calls_++;
-  auto key = [](int64_t c, int r) { return "dscpp/side/" + std::to_string(c) + "/" + std::to_string(r); };
+  auto key = [](int64_t c, int r) { return "dscpp/side/" + std::to_string(c % 4) + "/" + std::to_string(r); };
   std::vector<int64_t> all(values.size() * static_cast<size_t>(world_size_));
   try {
     store_->set(key(call, rank_), to_bytes(values));
@@ -234,12 +240,12 @@ c10d::TCPStore* tcp_store_under(c10d::Store* store) {
   return nullptr;
 }
 
-// Keys "<name>/<index>/<from>/<to>": one copy of a record per reader, deleted by it once read.
+// Keys "<name>/<index mod kSlots>/<from>/<to>": one copy of a record per reader, deleted by it once read.
 class StoreSideStream final : public SideStream {
  public:
   StoreSideStream(const c10d::TCPStore& server, std::chrono::milliseconds timeout, std::string name, int rank,
                   int world_size)
-      : name_(std::move(name)), rank_(rank) {
+      : name_(std::move(name)), rank_(rank), timeout_(timeout) {
     if (rank == 0) {
       for (int r = 1; r < world_size; ++r) peers_.push_back(r);
     } else {
@@ -263,7 +269,13 @@ class StoreSideStream final : public SideStream {
   void post(int64_t index, const std::vector<int64_t>& values) override {
     const auto value = to_bytes(values);
     try {
-      for (int peer : peers_) poster_->set(key(index, rank_, peer), value);
+      for (int peer : peers_) {
+        const std::string k = key(index, rank_, peer);
+        wait_until_read(k, index, peer);
+        poster_->set(k, value);
+      }
+    } catch (const CommError&) {
+      throw;
     } catch (const std::exception& e) {
       throw CommError(where() + "posting record " + std::to_string(index) + " failed: " + reason(e) +
                       ". A peer rank probably died; see its log.");
@@ -284,13 +296,34 @@ class StoreSideStream final : public SideStream {
   }
 
  private:
+  // Record i's key is named by i mod kSlots: LibTorch 1.13's TCPStore keeps about 125 bytes for every key name it has
+  // seen, deleted or not, and ZeRO-3's order check posts a record per gather — unique names grew rank 0 (the store's
+  // host) by 2.8 KB a step (bench/soak). A name is reused only once its reader has deleted the record before.
+  static constexpr int64_t kSlots = 1024;
   std::string key(int64_t index, int from, int to) const {
-    return name_ + "/" + std::to_string(index) + "/" + std::to_string(from) + "/" + std::to_string(to);
+    return name_ + "/" + std::to_string(index % kSlots) + "/" + std::to_string(from) + "/" + std::to_string(to);
+  }
+  // Record `index` - kSlots under the same name must have been read (and so deleted) by `peer` first. Only this
+  // rank writes the name and only the peer deletes it, so a check then a set cannot race. Ranks meet in a collective
+  // at every few records, so a reader is never kSlots behind in practice and this returns at once; the poll is for
+  // the case that cannot be ruled out, bounded by the store's timeout.
+  void wait_until_read(const std::string& k, int64_t index, int peer) {
+    if (index < kSlots) return;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (auto pause = std::chrono::microseconds(50); poster_->check({k});
+         pause = std::min(pause * 2, std::chrono::microseconds(20'000))) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw CommError(where() + "rank " + std::to_string(peer) + " has not read record " +
+                        std::to_string(index - kSlots) + " within the store's timeout; it probably died or is stuck");
+      }
+      std::this_thread::sleep_for(pause);
+    }
   }
   std::string where() const { return "rank " + std::to_string(rank_) + ": side stream " + name_ + ": "; }
 
   std::string name_;
   int rank_;
+  std::chrono::milliseconds timeout_;
   std::vector<int> peers_;
   c10::intrusive_ptr<c10d::TCPStore> poster_;  // used by the posting thread only
   c10::intrusive_ptr<c10d::TCPStore> reader_;  // used by the reading thread only

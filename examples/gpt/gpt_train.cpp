@@ -1,6 +1,7 @@
 // gpt-train: the main job. Trains a GPT-2-architecture decoder with the engine from a DeepSpeed config.
 // With no arguments it trains the `small` preset on the embedded corpus and shows the loss falling.
 #include <CLI/CLI.hpp>
+#include <sys/stat.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -27,6 +28,29 @@
 #include "progress_bar.h"
 
 namespace {
+
+// Disk bytes held by this rank's NVMe swap files: bench/soak watches it for growth. The swap layer unlinks its files
+// once open (they vanish with the process), so they are found through /proc/self/fd, not by listing nvme_path.
+// 0 without NVMe offload.
+int64_t swap_file_bytes(const dscpp::Config& config) {
+  std::vector<std::string> dirs;
+  for (const auto* offload : {&config.zero.offload_optimizer.nvme_path, &config.zero.offload_param.nvme_path}) {
+    if (!offload->empty()) dirs.push_back(std::filesystem::weakly_canonical(*offload).string() + "/");
+  }
+  if (dirs.empty()) return 0;
+  int64_t bytes = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    std::error_code link_ec;
+    const std::string target = std::filesystem::read_symlink(it->path(), link_ec).string();
+    const auto in_dir = [&](const std::string& dir) { return target.rfind(dir, 0) == 0; };
+    const bool swap = target.find(".swap") != std::string::npos && std::any_of(dirs.begin(), dirs.end(), in_dir);
+    struct stat st {};
+    if (swap && ::stat(it->path().c_str(), &st) == 0) bytes += static_cast<int64_t>(st.st_blocks) * 512;
+  }
+  return bytes;
+}
 
 // Used when --deepspeed_config is not given: every "auto" is filled from the HF-style flags below.
 constexpr const char* kDefaultConfig = R"json({
@@ -503,6 +527,7 @@ int run(const Args& a) {
                       {"world_size", world},
                       {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
+                      {"open_fds", dscpp::open_file_descriptors()}, {"swap_file_bytes", swap_file_bytes(config)},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
                       {"param_swap", swap_json(timers.param_swap)},
                       {"optimizer_swap", swap_json(engine->optimizer_swap())},

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -14,6 +15,16 @@ int64_t resident_bytes() {
   int64_t total_pages = 0, resident_pages = 0;
   if (!(statm >> total_pages >> resident_pages)) return 0;
   return resident_pages * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
+int64_t open_file_descriptors() {
+  std::error_code ec;
+  int64_t count = 0;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::end(it);
+       it.increment(ec)) {
+    ++count;
+  }
+  return ec ? -1 : count - 1;  // less the descriptor the listing itself holds
 }
 
 int64_t peak_resident_bytes() {

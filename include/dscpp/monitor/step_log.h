@@ -14,6 +14,8 @@ std::string format_step_line(int64_t step, double loss, double lr, double loss_s
 int64_t resident_bytes();
 // The most this process has had resident so far (VmHWM in /proc/self/status); 0 where unavailable.
 int64_t peak_resident_bytes();
+// File descriptors this process holds open (entries of /proc/self/fd); -1 where unavailable. A leak shows as growth.
+int64_t open_file_descriptors();
 
 // "1.23 GB", "512.0 MB", "12.0 KB", "100 B".
 std::string format_bytes(double bytes);

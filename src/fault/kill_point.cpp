@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <csignal>
 #include <cstdlib>
 #include <sstream>
@@ -12,14 +13,10 @@ namespace dscpp::fault {
 namespace {
 
 long long parse_number(const std::string& text, const std::string& field, long long min) {
-  size_t used = 0;
   long long value = 0;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || value < min) {
+  const char* end = text.data() + text.size();
+  const auto [stop, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || stop != end || value < min) {
     throw std::invalid_argument("DSCPP_KILL_AT: " + field + " '" + text + "' must be an integer >= " +
                                 std::to_string(min));
   }
@@ -38,13 +35,15 @@ struct Armed {
 };
 
 Armed& armed() {
+  // A bad DSCPP_KILL_AT throws here, at the first point passed, and again at every later one.
   static Armed* state = [] {
-    auto* s = new Armed;  // never destroyed: points may be passed from threads during exit
     const char* text = std::getenv("DSCPP_KILL_AT");
-    if (text == nullptr || *text == '\0') return s;
-    s->rule = parse_kill_rule(text);
-    s->active = (s->rule.rank < 0 || s->rule.rank == env_int("RANK")) &&
-                s->rule.restart == env_int("TORCHELASTIC_RESTART_COUNT");
+    const bool set = text != nullptr && *text != '\0';
+    const KillRule rule = set ? parse_kill_rule(text) : KillRule{};
+    auto* s = new Armed;  // never destroyed: points may be passed from threads during exit
+    s->rule = rule;
+    s->active = set && (rule.rank < 0 || rule.rank == env_int("RANK")) &&
+                rule.restart == env_int("TORCHELASTIC_RESTART_COUNT");
     return s;
   }();
   return *state;

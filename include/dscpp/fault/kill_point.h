@@ -26,8 +26,8 @@ inline const std::vector<std::string> kKillPoints = {
     "checkpoint.shard_half_written", "checkpoint.shard_written", "checkpoint.manifest_written",
     "checkpoint.published"};
 
-// What DSCPP_KILL_AT says, parsed: `point` empty when it is unset. Throws std::invalid_argument naming the variable and
-// what is allowed for an unknown point or a malformed field.
+// DSCPP_KILL_AT's text, parsed. Throws std::invalid_argument naming the variable and what is allowed for an unknown
+// point or a malformed field.
 struct KillRule {
   std::string point;
   long long hit = 1;

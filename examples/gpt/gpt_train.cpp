@@ -29,9 +29,10 @@
 
 namespace {
 
-// Disk bytes held by this rank's NVMe swap files: bench/soak watches it for growth. The swap layer unlinks its files
-// once open (they vanish with the process), so they are found through /proc/self/fd, not by listing nvme_path.
-// 0 without NVMe offload.
+// Disk blocks held by this rank's NVMe swap files, measured from outside the swap layer: bench/soak watches it for
+// growth (the metrics' optimizer_swap.file_bytes is what the layer reserved, which cannot show a leak of its own).
+// The swap layer unlinks its files once open (they vanish with the process), so they are found through
+// /proc/self/fd, not by listing nvme_path. 0 without NVMe offload.
 int64_t swap_file_bytes(const dscpp::Config& config) {
   std::vector<std::string> dirs;
   for (const auto* offload : {&config.zero.offload_optimizer.nvme_path, &config.zero.offload_param.nvme_path}) {

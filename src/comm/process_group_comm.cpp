@@ -251,6 +251,7 @@ class StoreSideStream final : public SideStream {
     } else {
       peers_.push_back(0);
     }
+    free_below_.assign(peers_.size(), kSlots);
     c10d::TCPStoreOptions options;
     options.port = server.getPort();
     options.isServer = false;
@@ -269,10 +270,9 @@ class StoreSideStream final : public SideStream {
   void post(int64_t index, const std::vector<int64_t>& values) override {
     const auto value = to_bytes(values);
     try {
-      for (int peer : peers_) {
-        const std::string k = key(index, rank_, peer);
-        wait_until_read(k, index, peer);
-        poster_->set(k, value);
+      for (size_t p = 0; p < peers_.size(); ++p) {
+        if (index >= free_below_[p]) free_below_[p] = wait_until_read(index - kSlots / 2, peers_[p]);
+        poster_->set(key(index, rank_, peers_[p]), value);
       }
     } catch (const CommError&) {
       throw;
@@ -303,21 +303,25 @@ class StoreSideStream final : public SideStream {
   std::string key(int64_t index, int from, int to) const {
     return name_ + "/" + std::to_string(index % kSlots) + "/" + std::to_string(from) + "/" + std::to_string(to);
   }
-  // Record `index` - kSlots under the same name must have been read (and so deleted) by `peer` first. Only this
-  // rank writes the name and only the peer deletes it, so a check then a set cannot race. Ranks meet in a collective
-  // at every few records, so a reader is never kSlots behind in practice and this returns at once; the poll is for
-  // the case that cannot be ruled out, bounded by the store's timeout.
-  void wait_until_read(const std::string& k, int64_t index, int peer) {
-    if (index < kSlots) return;
+  // Waits until `peer` has read (and so deleted) record `record`, and returns the first index whose name may still
+  // hold an unread record. The peer reads in order, so every record up to `record` is gone too and the names of
+  // records up to record + kSlots - 1 are free: asked every kSlots / 2 records, this costs the posting thread one
+  // store round trip per 512 records, not one per record. Only this rank writes the name and only the peer deletes
+  // it, and no later record has been posted under it, so "absent" means "read". Ranks meet in a collective every few
+  // records, so the peer is never kSlots / 2 behind in practice and this returns at once; the poll covers the case
+  // that cannot be ruled out, bounded by the store's timeout.
+  int64_t wait_until_read(int64_t record, int peer) {
+    const std::string k = key(record, rank_, peer);
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (auto pause = std::chrono::microseconds(50); poster_->check({k});
          pause = std::min(pause * 2, std::chrono::microseconds(20'000))) {
       if (std::chrono::steady_clock::now() > deadline) {
-        throw CommError(where() + "rank " + std::to_string(peer) + " has not read record " +
-                        std::to_string(index - kSlots) + " within the store's timeout; it probably died or is stuck");
+        throw CommError(where() + "rank " + std::to_string(peer) + " has not read record " + std::to_string(record) +
+                        " within the store's timeout; it probably died or is stuck");
       }
       std::this_thread::sleep_for(pause);
     }
+    return record + kSlots;
   }
   std::string where() const { return "rank " + std::to_string(rank_) + ": side stream " + name_ + ": "; }
 
@@ -325,6 +329,7 @@ class StoreSideStream final : public SideStream {
   int rank_;
   std::chrono::milliseconds timeout_;
   std::vector<int> peers_;
+  std::vector<int64_t> free_below_;  // per peer: records below this index may be posted without asking (see above)
   c10::intrusive_ptr<c10d::TCPStore> poster_;  // used by the posting thread only
   c10::intrusive_ptr<c10d::TCPStore> reader_;  // used by the reading thread only
 };

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "dscpp/monitor/step_log.h"  // format_bytes
 #include "dscpp/offload/host_memory.h"
 
 namespace dscpp {
@@ -27,18 +28,6 @@ int64_t round_up(int64_t bytes) {
   return (bytes + a - 1) / a * a;
 }
 
-// Sizes in the unit that shows them: a small model's swap files on a nearly full disk are not "0.00 GiB".
-std::string size_text(int64_t bytes) {
-  char text[32];
-  if (bytes >= (int64_t{1} << 30)) {
-    std::snprintf(text, sizeof text, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
-  } else if (bytes >= (int64_t{1} << 20)) {
-    std::snprintf(text, sizeof text, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else {
-    std::snprintf(text, sizeof text, "%lld bytes", static_cast<long long>(bytes));
-  }
-  return text;
-}
 
 class NvmeStoreImpl final : public StateStore {
  public:
@@ -144,9 +133,11 @@ class NvmeStoreImpl final : public StateStore {
     if (rc != 0) {
       ::close(fd_);
       fd_ = -1;
-      throw std::runtime_error(options_.config_key + " \"" + dir + "\": cannot reserve " + size_text(needed) +
-                               " for rank " + std::to_string(options_.rank) + "'s " + options_.role + " state (" +
-                               std::strerror(rc) + (free_bytes >= 0 ? "; " + size_text(free_bytes) + " free" : "") +
+      const std::string free_text = free_bytes >= 0 ? "; " + format_bytes(static_cast<double>(free_bytes)) + " free" : "";
+      throw std::runtime_error(options_.config_key + " \"" + dir + "\": cannot reserve " +
+                               format_bytes(static_cast<double>(needed)) + " for rank " +
+                               std::to_string(options_.rank) + "'s " + options_.role + " state (" +
+                               std::strerror(rc) + free_text +
                                "): free space there, point nvme_path at a larger disk, or use more ranks");
     }
   }

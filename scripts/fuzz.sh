@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every parser of outside input (fuzz/: config, hostfile + include/exclude, manifest, safetensors, HF index,
-# plot jsonl) with libFuzzer under ASan + UBSan, each for SECONDS (default 60), starting from fuzz/corpus/<name>.
+# plot jsonl, gpt-train's llm.c .bin token file) with libFuzzer under ASan + UBSan, each for SECONDS (default 60),
+# starting from fuzz/corpus/<name>.
 # Usage: scripts/fuzz.sh [SECONDS [TARGET...]]
 # Builds in build-fuzz/ with clang (Debian's clang and libclang-rt-dev). New inputs go to build-fuzz/corpus/<name>,
 # never into the repository; a crash is written to build-fuzz/crashes/<name>/ and ends the script with exit 1 — add
@@ -10,7 +11,7 @@ cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
-[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(config hostfile manifest safetensors hf_index plot)
+[ ${#TARGETS[@]} -gt 0 ] || TARGETS=(config hostfile manifest safetensors hf_index plot token_file)
 BUILD=build-fuzz
 
 for p in clang libclang-rt-dev; do

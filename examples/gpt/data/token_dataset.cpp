@@ -7,8 +7,6 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "data/default_corpus.h"
-
 namespace gpt {
 namespace {
 
@@ -24,7 +22,6 @@ std::string read_all(const std::string& path) {
   if (!in) fail(path, "cannot be opened for reading");
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (in.bad()) fail(path, "read error");
-  if (bytes.empty()) fail(path, "file is empty");
   return bytes;
 }
 
@@ -89,13 +86,6 @@ TokenDataset read_raw_uint16(const std::string& path, const std::string& bytes) 
                       "raw uint16 tokens from " + path + " (" + n + " tokens, vocab " + std::to_string(vocab) + ")");
 }
 
-std::vector<uint16_t> byte_tokens(std::string_view bytes) {
-  std::vector<uint16_t> tokens(bytes.size());
-  std::transform(bytes.begin(), bytes.end(), tokens.begin(),
-                 [](char c) { return static_cast<uint16_t>(static_cast<unsigned char>(c)); });
-  return tokens;
-}
-
 }  // namespace
 
 TokenDataset::TokenDataset(std::vector<uint16_t> tokens, int64_t vocab_size, std::string description)
@@ -112,19 +102,22 @@ TokenDataset::TokenDataset(std::vector<uint16_t> tokens, int64_t vocab_size, std
   }
 }
 
-TokenDataset TokenDataset::from_file(const std::string& path) {
-  const std::string bytes = read_all(path);
+TokenDataset TokenDataset::from_file(const std::string& path) { return from_bytes(path, read_all(path)); }
+
+TokenDataset TokenDataset::from_bytes(const std::string& path, const std::string& bytes) {
+  if (bytes.empty()) fail(path, "file is empty");
   if (bytes.size() >= sizeof(int32_t) && int32_at(bytes, 0) == kLlmcMagic) return read_llmc(path, bytes);
   if (ends_with(path, ".bin")) return read_raw_uint16(path, bytes);
   const auto n = std::to_string(bytes.size());
-  return TokenDataset(byte_tokens(bytes), kByteVocabSize, "text bytes from " + path + " (" + n + " tokens)");
+  return from_text(bytes, "text bytes from " + path + " (" + n + " tokens)");
 }
 
-TokenDataset TokenDataset::default_corpus() {
-  const auto bytes = default_corpus_bytes();
-  return TokenDataset(byte_tokens(bytes), kByteVocabSize,
-                      "embedded default corpus (" + std::string(default_corpus_sources()) + ", " +
-                          std::to_string(bytes.size()) + " bytes)");
+TokenDataset TokenDataset::from_text(std::string_view bytes, std::string description) {
+  std::vector<uint16_t> tokens(bytes.size());
+  // Through unsigned char: a byte ≥ 0x80 is token 128–255, never a sign-extended 65k.
+  std::transform(bytes.begin(), bytes.end(), tokens.begin(),
+                 [](char c) { return static_cast<uint16_t>(static_cast<unsigned char>(c)); });
+  return TokenDataset(std::move(tokens), kByteVocabSize, std::move(description));
 }
 
 }  // namespace gpt

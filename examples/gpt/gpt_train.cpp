@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 
+#include "auto_flags.h"
 #include "data/batch_sampler.h"
 #include "data/token_dataset.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
@@ -69,12 +70,12 @@ constexpr const char* kDefaultConfig = R"json({
 
 struct Args {
   std::string deepspeed_config;
-  std::string model = "small";
+  std::string model = gpt::GptConfig::kDefaultPreset;
   std::optional<int64_t> n_layer, n_embd, n_head, seq_len;
   std::string data;
   std::string data_order = "sequential";
   std::string device = "auto";
-  int64_t steps = 150;
+  int64_t steps = gpt::kDefaultSteps;
   uint64_t seed = 1234;
   std::string metrics;
   std::string save_16bit;
@@ -88,12 +89,7 @@ struct Args {
   std::optional<int> pipeline_parallel;  // fills pipeline.stages
   std::optional<std::string> partition;  // fills pipeline.partition
   std::optional<double> peak_tflops;  // per rank; default: measured
-  // HF-style flags that fill "auto".
-  double lr = 1e-3, weight_decay = 0.1, clip = 1.0;
-  int64_t micro_batch = 8, grad_accum = 1;
-  std::optional<int64_t> warmup_steps;  // default: a tenth of --steps
-  std::optional<int64_t> total_steps;
-  bool bf16 = false, fp16 = false;
+  gpt::AutoFlags autos;  // the HF-style flags that fill "auto" (shared with `dscpp plan`)
 };
 
 // Cumulative NVMe swap counters (zero without offload to nvme).
@@ -156,33 +152,13 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--zero_init", a.zero_init,
                  "ZeRO-3: build the model partitioned, one block at a time (DeepSpeed's zero.Init; default 1); 0 "
                  "builds it whole on every rank first");
-  app.add_option("--lr", a.lr, "fills optimizer.params.lr / warmup_max_lr");
-  app.add_option("--weight_decay", a.weight_decay, "fills optimizer.params.weight_decay");
-  app.add_option("--micro_batch", a.micro_batch, "fills train_micro_batch_size_per_gpu")->check(CLI::PositiveNumber);
-  app.add_option("--grad_accum", a.grad_accum, "fills gradient_accumulation_steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup_steps", a.warmup_steps, "fills scheduler warmup_num_steps (default: steps / 10)");
-  app.add_option("--total_steps", a.total_steps, "fills scheduler total_num_steps (default: --steps, at least 3)");
-  app.add_option("--clip", a.clip, "fills gradient_clipping");
-  app.add_flag("--bf16", a.bf16, "fills bf16.enabled");
-  app.add_flag("--fp16", a.fp16, "fills fp16.enabled");
+  gpt::add_auto_flags(app, a.autos);
 }
 
 dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, const torch::Device& device, int rank) {
-  dscpp::AutoValues::HfArgs hf;
-  hf.lr = a.lr;
-  hf.weight_decay = a.weight_decay;
-  hf.max_grad_norm = a.clip;
-  hf.micro_batch = a.micro_batch;
-  hf.grad_accum = a.grad_accum;
-  hf.warmup_steps = a.warmup_steps.value_or(std::max<int64_t>(1, a.steps / 10));
-  // WarmupCosineLR needs total > max(2, warmup): very short runs get a schedule that would end a little later.
-  hf.total_steps = a.total_steps.value_or(std::max<int64_t>(a.steps, 3));
-  hf.hidden_size = hidden_size;
-  hf.bf16 = a.bf16;
-  hf.fp16 = a.fp16;
   dscpp::ConfigOptions options;
   options.world_size = world_size;
-  options.auto_values = dscpp::AutoValues::from_hf_args(hf);
+  options.auto_values = gpt::auto_values(a.autos, a.steps, hidden_size);
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
@@ -194,13 +170,16 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, co
   // Configs written for GPUs say fp16; a CPU LibTorch without fp16 matmuls trains them in bf16 (the same 16-bit
   // memory, no loss scaling needed) and says so once. Asking for fp16 with the flag stays an error.
   if (config.fp16.enabled && device.is_cpu() && !dscpp::compat::kCpuHalfMatmul) {
-    if (a.fp16) {
+    if (a.autos.fp16) {
       throw std::invalid_argument("--fp16: this LibTorch (" + dscpp::compat::torch_version() +
                                   ", CPU) has no fp16 matmul; use --bf16 on CPU");
     }
     if (rank == 0) {
+      // bf16 needs no loss scaling, so the fp16 section's scaler settings stop mattering: say which.
       std::cerr << "[gpt-train] fp16.enabled: this LibTorch (" << dscpp::compat::torch_version()
-                << ", CPU) has no fp16 matmul, so this run trains in bf16 (fp16.enabled false, bf16.enabled true)"
+                << ", CPU) has no fp16 matmul, so this run trains in bf16 (fp16.enabled false, bf16.enabled true); "
+                   "bf16 needs no loss scaling, so fp16.loss_scale, initial_scale_power, loss_scale_window, "
+                   "hysteresis and min_loss_scale have no effect"
                 << std::endl;
     }
     options.overrides["fp16.enabled"] = false;
@@ -234,8 +213,8 @@ int layout_size(const Args& a, const std::optional<int>& flag, const char* flag_
 // flags and pass to deepspeed.initialize: --lr, --weight_decay, HF's betas (0.9, 0.999) and eps 1e-8.
 dscpp::OptimizerConfig hf_trainer_adamw(const Args& a) {
   dscpp::AdamOptions o;
-  o.lr = a.lr;
-  o.weight_decay = a.weight_decay;
+  o.lr = a.autos.lr;
+  o.weight_decay = a.autos.weight_decay;
   o.betas = {0.9, 0.999};
   o.eps = 1e-8;
   return {"AdamW", o};
@@ -372,8 +351,8 @@ int run(const Args& a) {
   if (!config.optimizer) {
     init.client_optimizer = hf_trainer_adamw(a);
     if (rank == 0) {
-      std::cerr << "[gpt-train] the config has no \"optimizer\" section: training with AdamW(lr " << a.lr
-                << ", weight_decay " << a.weight_decay << ", betas (0.9, 0.999), eps 1e-8) from --lr and "
+      std::cerr << "[gpt-train] the config has no \"optimizer\" section: training with AdamW(lr " << a.autos.lr
+                << ", weight_decay " << a.autos.weight_decay << ", betas (0.9, 0.999), eps 1e-8) from --lr and "
                 << "--weight_decay, as the HF Trainer builds it" << std::endl;
     }
   }

@@ -14,6 +14,7 @@ const char* const kBatchKeys[3] = {"train_batch_size", "train_micro_batch_size_p
 
 AutoValues AutoValues::from_hf_args(const HfArgs& args) {
   AutoValues out;
+  out.default_micro_batch = args.default_micro_batch;
   auto& v = out.values;
   if (args.micro_batch) v["train_micro_batch_size_per_gpu"] = *args.micro_batch;
   if (args.grad_accum) v["gradient_accumulation_steps"] = *args.grad_accum;
@@ -97,6 +98,12 @@ void fill_auto(nlohmann::json& config, const AutoValues& auto_values) {
     }
   }
   fill_recursive(config, "", auto_values);
+  if (auto_values.default_micro_batch) {
+    auto is_number = [&](const char* key) { return config.contains(key) && config[key].is_number(); };
+    if (!is_number(kBatchKeys[0]) && !is_number(kBatchKeys[1])) {
+      config[kBatchKeys[1]] = *auto_values.default_micro_batch;
+    }
+  }
 }
 
 std::string unfilled_auto_message(const std::string& path) {

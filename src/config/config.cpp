@@ -42,6 +42,26 @@ void normalize_legacy_offload(nlohmann::json& doc) {
   legacy("cpu_offload_params", "offload_param");
 }
 
+void normalize_zero_aliases(nlohmann::json& doc) {
+  // DeepSpeed's ZeRO model names these fields without "stage3_" and takes the stage3_ spelling as the alias; both are
+  // accepted, one at a time. Here the stage3_ name is the one the config resolves to (and "auto" fills).
+  auto zero = doc.find("zero_optimization");
+  if (zero == doc.end() || !zero->is_object()) return;
+  for (const char* field : {"prefetch_bucket_size", "param_persistence_threshold", "model_persistence_threshold",
+                            "max_live_parameters", "max_reuse_distance", "gather_16bit_weights_on_model_save",
+                            "module_granularity_threshold", "use_all_reduce_for_fetch_params"}) {
+    auto it = zero->find(field);
+    if (it == zero->end()) continue;
+    const std::string alias = std::string("stage3_") + field;
+    if (zero->contains(alias)) {
+      throw ConfigError(std::string("zero_optimization.") + field + " = " + it->dump() + ": DeepSpeed's other name for "
+                        "zero_optimization." + alias + ", which is also given; keep one of them");
+    }
+    (*zero)[alias] = *it;
+    zero->erase(it);
+  }
+}
+
 void parse_batch(JsonReader& root, nlohmann::json& doc, int world_size, Config& config) {
   // A batch key still "auto" after filling is simply unknown: the triangle solves it if it can, and if it cannot
   // the error says which keys were "auto" and how to fill them.
@@ -98,6 +118,7 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
     set_dotted(doc, alias ? "bf16" + path.substr(8) : path, value);
   }
   normalize_legacy_offload(doc);
+  normalize_zero_aliases(doc);
   // DeepSpeed's default "stages": "auto" leaves the count to the program's PipelineModule; here that is the default.
   if (doc.contains("pipeline") && doc["pipeline"].is_object() &&
       doc["pipeline"].value("stages", nlohmann::json()) == "auto") {
@@ -128,14 +149,22 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   parse_data_types(root, config);
   // Top-level DeepSpeed keys that change nothing in this engine; tests/config/key_table_test.cpp gives each reason.
   root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dataloader_drop_last", "timers",
-               "seq_parallel_communication_data_type", "use_data_before_expert_parallelism",
-               "checkpoint_parallel_write_pipeline", "vocabulary_size", "log_level"});
+               "use_data_before_expert_parallelism", "checkpoint_parallel_write_pipeline", "vocabulary_size",
+               "log_level"});
   root.accept_only_default("dump_state", false);
   root.accept_only_default("managed_gradient_accumulation", true);
   root.accept_only_default("gradient_allreduce_op", "mean");
   root.accept_only_default("datastates_ckpt", false);
   root.accept_only_default("disable_allgather", false);
   root.accept_only_default("graph_harvesting", false);
+  // DeepSpeed acts on random-LTD when its own switch is on, whatever data_efficiency.enabled says (engine.py reads
+  // random_ltd.enabled alone), so the section's switch being off does not make it harmless.
+  const nlohmann::json::json_pointer random_ltd("/data_efficiency/data_routing/random_ltd/enabled");
+  if (doc.contains(random_ltd) && doc[random_ltd] == true) {
+    throw ConfigError("data_efficiency.data_routing.random_ltd.enabled = true: DeepSpeed trains with random-LTD "
+                      "whenever this is true, even with data_efficiency.enabled false; it is not supported yet by "
+                      "deepspeed.cpp; remove the key or set it false");
+  }
   // DeepSpeed features this engine does not have: fine while off, an error when switched on.
   root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "compression_training", "data_efficiency",
                            "curriculum_learning", "autotuning", "nebula", "eigenvalue", "progressive_layer_drop",

@@ -90,7 +90,17 @@ std::optional<int64_t> JsonReader::get_optional_int(const std::string& key, int6
   return result;
 }
 
+// A number key given as null: DeepSpeed reads it as None and fails later (e.g. `None > 0.0` in the step); here it is
+// an error at load naming the key. Absent is what takes the default.
+void JsonReader::refuse_null_number(const std::string& key, const std::string& what) {
+  const nlohmann::json* value = lookup(key);
+  if (value != nullptr && value->is_null()) {
+    fail(key, what + " (null is not a value here; leave the key out for the default)");
+  }
+}
+
 int64_t JsonReader::get_int(const std::string& key, int64_t def, int64_t min, int64_t max) {
+  refuse_null_number(key, int_range(min, max));
   if (!has(key)) {
     object_[key] = def;
     return def;
@@ -99,6 +109,7 @@ int64_t JsonReader::get_int(const std::string& key, int64_t def, int64_t min, in
 }
 
 double JsonReader::get_number(const std::string& key, double def) {
+  refuse_null_number(key, "a number");
   if (!has(key)) {
     object_[key] = def;
     return def;
@@ -268,7 +279,8 @@ void JsonReader::finish() {
     const std::string did_you_mean = hint ? "; did you mean '" + *hint + "'?" : "";
     if (!path_.empty()) {
       throw ConfigError("unknown config key '" + path_of(it.key()) + "' in section '" + path_ + "'" + did_you_mean +
-                        " (DeepSpeed rejects unknown keys inside a section too)");
+                        " (deepspeed.cpp refuses unknown keys inside a section, where a misspelt key would otherwise change nothing "
+                        "unnoticed)");
     }
     context_.warn("unknown config key '" + path_of(it.key()) + "' (ignored)" + did_you_mean);
   }

@@ -1,4 +1,5 @@
 // The smaller sections: activation checkpointing, monitors, flops profiler, comms logger, checkpoint options.
+#include "dscpp/config/config_error.h"
 #include "dscpp/config/sections.h"
 
 namespace dscpp {
@@ -10,6 +11,12 @@ ActivationCheckpointingConfig parse_activation_checkpointing(JsonReader& s) {
   c.cpu_checkpointing = s.get_bool("cpu_checkpointing", false);
   c.contiguous_memory_optimization = s.get_bool("contiguous_memory_optimization", false);
   c.number_checkpoints = s.get_optional_int("number_checkpoints", 1);
+  // Its buffer holds number_checkpoints blocks' activations, so the count is needed even if nothing is checkpointed.
+  if (c.contiguous_memory_optimization && !c.number_checkpoints) {
+    throw ConfigError("activation_checkpointing.contiguous_memory_optimization = true needs "
+                      "activation_checkpointing.number_checkpoints (a count >= 1): the number of checkpointed blocks "
+                      "per forward, which sizes its buffer");
+  }
   c.synchronize_checkpoint_boundary = s.get_bool("synchronize_checkpoint_boundary", false);
   c.profile = s.get_bool("profile", false);
   s.finish();

@@ -50,6 +50,8 @@ void parse_precision(JsonReader& root, Config& config) {
   }
 
   config.communication_data_type = read_dtype(root, "communication_data_type");
+  // Sequence parallelism is not built, so its comm dtype changes nothing; DeepSpeed still refuses a bad name.
+  read_dtype(root, "seq_parallel_comm_data_type");
 }
 
 void parse_data_types(JsonReader& root, Config& config) {

@@ -129,6 +129,8 @@ ZeroConfig parse_zero(JsonReader& z) {
 AioConfig parse_aio(JsonReader& a) {
   AioConfig c;
   c.block_size = a.get_int("block_size", 1'048'576, 1);
+  a.require(c.block_size % AioConfig::kAlignment == 0, "block_size",
+            "a positive multiple of " + std::to_string(AioConfig::kAlignment) + " bytes (O_DIRECT's alignment)");
   c.queue_depth = static_cast<int>(a.get_int("queue_depth", 8, 1, 65536));
   a.rename("thread_count", "intra_op_parallelism");  // DeepSpeed's older name
   c.intra_op_parallelism = static_cast<int>(a.get_int("intra_op_parallelism", 1, 1, 1024));

@@ -46,8 +46,8 @@ TEST(UnknownKeys, WrongLevelAndShortenedNames) {
   auto w = warnings_of({{"train_batch_size", 8}, {"overlap_comm", true}});
   ASSERT_EQ(w.size(), 1u);
   EXPECT_CONTAINS(w[0], "did you mean 'zero_optimization.overlap_comm'?");
-  auto s = error_of({{"train_batch_size", 8}, {"zero_optimization", {{"prefetch_bucket_size", 100}}}});
-  EXPECT_CONTAINS(s, "did you mean 'zero_optimization.stage3_prefetch_bucket_size'?");
+  auto s = error_of({{"train_batch_size", 8}, {"zero_optimization", {{"reuse_distance", 100}}}});
+  EXPECT_CONTAINS(s, "did you mean 'zero_optimization.stage3_max_reuse_distance'?");
   auto far = warnings_of({{"train_batch_size", 8}, {"completely_unrelated", 1}});
   ASSERT_EQ(far.size(), 1u);
   EXPECT_EQ(far[0].find("did you mean"), std::string::npos) << far[0];
@@ -134,6 +134,33 @@ TEST(AutoValues, UnfilledBatchAutoIsSolvedByTheTriangle) {
   Config c = parse({{"train_batch_size", "auto"}, {"train_micro_batch_size_per_gpu", 2}}, options);
   EXPECT_EQ(c.batch.train_batch_size, 8);
   EXPECT_EQ(c.batch.grad_accum, 1);
+}
+
+// The program's default micro-batch (gpt-train's 8) fills only a batch the config leaves free: a micro-batch its
+// numbers determine is solved by the triangle, never contradicted by the default.
+TEST(AutoValues, DefaultMicroBatchFillsOnlyAFreeBatch) {
+  ConfigOptions options;
+  AutoValues::HfArgs args;
+  args.default_micro_batch = 8;
+  options.auto_values = AutoValues::from_hf_args(args);
+  const Config solved = parse({{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", "auto"},
+                               {"gradient_accumulation_steps", 8}}, options);
+  EXPECT_EQ(solved.batch.micro_batch, 4);
+  options.world_size = 2;
+  EXPECT_EQ(parse({{"train_batch_size", 16}}, options).batch.micro_batch, 8);  // 16 / 2 ranks, the triangle's
+  EXPECT_EQ(parse({{"train_batch_size", 12}}, options).batch.micro_batch, 6);
+  const Config free_batch = parse({{"gradient_accumulation_steps", 2}}, options);
+  EXPECT_EQ(free_batch.batch.micro_batch, 8);
+  EXPECT_EQ(free_batch.batch.train_batch_size, 32);
+  EXPECT_EQ(parse(json::object(), options).batch.micro_batch, 8);
+  // A flag is the user's word, as in the HF Trainer: it fills and a contradiction is an error.
+  args.micro_batch = 8;
+  options.world_size = 1;
+  options.auto_values = AutoValues::from_hf_args(args);
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 32}, {"train_micro_batch_size_per_gpu", "auto"},
+                            {"gradient_accumulation_steps", 8}},
+                           options),
+                  "train_micro_batch_size_per_gpu=8");
 }
 
 TEST(AutoValues, OverridesBeatAuto) {

@@ -132,4 +132,26 @@ TEST(ConfigErrors, FromStringAndFile) {
 }
 
 }  // namespace
+// A number given as null is refused naming the key (DeepSpeed reads None and fails later, e.g. `None > 0.0`);
+// absent is what takes the default.
+TEST(ConfigErrors, NullNumbersAreRefused) {
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 2}, {"gradient_clipping", nullptr}}),
+                  "gradient_clipping = null: expected a number");
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 2}, {"zero_optimization", {{"stage", nullptr}}}}),
+                  "zero_optimization.stage = null");
+}
+
+// Checks that used to wait for the engine are the config's, so `dscpp plan` refuses them too.
+TEST(ConfigErrors, ChecksThatNeedNoMachine) {
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 2}, {"aio", {{"block_size", 1000}}}}),
+                  "aio.block_size = 1000: expected a positive multiple of 4096");
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 2},
+                            {"activation_checkpointing", {{"contiguous_memory_optimization", true}}}}),
+                  "contiguous_memory_optimization = true needs activation_checkpointing.number_checkpoints");
+  EXPECT_CONTAINS(error_of({{"train_batch_size", 2},
+                            {"data_efficiency",
+                             {{"enabled", false}, {"data_routing", {{"random_ltd", {{"enabled", true}}}}}}}}),
+                  "data_efficiency.data_routing.random_ltd.enabled = true");
+}
+
 }  // namespace dscpp

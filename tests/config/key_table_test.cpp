@@ -139,6 +139,24 @@ std::vector<Row> table() {
        "zero_optimization.stage3_use_all_reduce_for_fetch_params", {}, kStage3},
       {"zero_optimization.stage3_module_granularity_threshold", 1000, K::kRefused,
        "zero_optimization.stage3_module_granularity_threshold", {}, kStage3},
+      // DeepSpeed's ZeRO model names these fields without "stage3_" (the stage3_ spelling is its alias): both
+      // spellings act alike, and the error for a refused one names the stage3_ spelling.
+      {"zero_optimization.max_live_parameters", 1000, K::kActs, "Zero3Memory.GatheredPeakFollowsLiveAndReuseSettings",
+       [](const Config& c) { return c.zero.stage3_max_live_parameters == 1000; }, kStage3},
+      {"zero_optimization.max_reuse_distance", 1000, K::kActs, "Zero3Memory.GatheredPeakFollowsLiveAndReuseSettings",
+       [](const Config& c) { return c.zero.stage3_max_reuse_distance == 1000; }, kStage3},
+      {"zero_optimization.prefetch_bucket_size", 1000, K::kActs, "ZeroEquivalence.*_noprefetch*",
+       [](const Config& c) { return c.zero.stage3_prefetch_bucket_size == 1000; }, kStage3},
+      {"zero_optimization.param_persistence_threshold", 1000, K::kActs, "ZeroEquivalence.*_persist20000*",
+       [](const Config& c) { return c.zero.stage3_param_persistence_threshold == 1000; }, kStage3},
+      {"zero_optimization.model_persistence_threshold", 1000, K::kRefused,
+       "zero_optimization.stage3_model_persistence_threshold", {}, kStage3},
+      {"zero_optimization.gather_16bit_weights_on_model_save", true, K::kActs, "Zero3Save.*",
+       [](const Config& c) { return c.zero.stage3_gather_16bit_weights_on_model_save; }, kStage3},
+      {"zero_optimization.use_all_reduce_for_fetch_params", true, K::kRefused,
+       "zero_optimization.stage3_use_all_reduce_for_fetch_params", {}, kStage3},
+      {"zero_optimization.module_granularity_threshold", 1000, K::kRefused,
+       "zero_optimization.stage3_module_granularity_threshold", {}, kStage3},
       {"zero_optimization.zero_hpz_partition_size", 2, K::kRefused, "zero_optimization.zero_hpz_partition_size"},
       {"zero_optimization.zero_quantized_weights", true, K::kRefused, "zero_optimization.zero_quantized_weights"},
       {"zero_optimization.zero_quantized_nontrainable_weights", true, K::kRefused,
@@ -269,7 +287,8 @@ std::vector<Row> table() {
       {"activation_checkpointing.cpu_checkpointing", true, K::kActs, "ActivationCheckpointing.*",
        [](const Config& c) { return c.activation_checkpointing.cpu_checkpointing; }},
       {"activation_checkpointing.contiguous_memory_optimization", true, K::kActs, "ActivationCheckpointing.*",
-       [](const Config& c) { return c.activation_checkpointing.contiguous_memory_optimization; }},
+       [](const Config& c) { return c.activation_checkpointing.contiguous_memory_optimization; },
+       {{"activation_checkpointing.number_checkpoints", 2}}},
       {"activation_checkpointing.number_checkpoints", 4, K::kActs, "ActivationCheckpointing.*",
        [](const Config& c) { return c.activation_checkpointing.number_checkpoints == 4; }},
       {"activation_checkpointing.synchronize_checkpoint_boundary", true, K::kActs, "ActivationCheckpointing.*",
@@ -327,7 +346,7 @@ std::vector<Row> table() {
       {"vocabulary_size", 50257, K::kHarmless, "DeepSpeed only warns when it is not a multiple of 8"},
       {"log_level", "info", K::kHarmless, "logging only"},
       {"dataloader_drop_last", true, K::kHarmless, "the engine builds no dataloader in C++"},
-      {"seq_parallel_communication_data_type", "fp32", K::kHarmless, "no sequence parallelism here"},
+      {"seq_parallel_comm_data_type", "bf16", K::kHarmless, "no sequence parallelism here (a bad dtype is refused)"},
       {"use_data_before_expert_parallelism", true, K::kHarmless, "no expert parallelism here"},
   };
 }
@@ -376,8 +395,9 @@ TEST(KeyTable, EveryRowBehavesAsItSays) {
   }
 }
 
-// A key of a section DeepSpeed types (zero_optimization, offload_*, fp16, bf16, aio, …) that the section does not
-// have is an error, as in DeepSpeed, with the closest key; an unknown top-level key stays a warning.
+// A key a section does not have is an error with the closest key — our rule for every section (DeepSpeed forbids
+// extras only in its pydantic ones, zero_optimization and the monitors; fp16, bf16, aio, … it reads with dict.get);
+// an unknown top-level key stays a warning, as DeepSpeed ignores it.
 TEST(KeyTable, UnknownKeysInsideSectionsAreErrors) {
   const std::string error = error_of({{"train_batch_size", 2},
                                       {"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_sise", 1000}}}});
@@ -392,10 +412,34 @@ TEST(KeyTable, UnknownKeysInsideSectionsAreErrors) {
                       {"zero_optimization", {{"stage", 3}, {"offload_param", {{"device", "cpu"}, {"pin_memroy", true}}}}}})
                 .find("did you mean 'zero_optimization.offload_param.pin_memory'?"),
             std::string::npos);
+  EXPECT_NE(error.find("deepspeed.cpp refuses unknown keys inside a section"), std::string::npos) << error;
   std::vector<std::string> warnings;
   parse({{"train_batch_size", 2}, {"my_own_key", 1}}, {}, &warnings);
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_NE(warnings[0].find("unknown config key 'my_own_key' (ignored)"), std::string::npos) << warnings[0];
+}
+
+// Both spellings of a ZeRO field at once is an error, as in DeepSpeed (its model takes one and refuses the other).
+TEST(KeyTable, AZeroFieldAndItsStage3AliasTogetherAreRefused) {
+  const std::string error = error_of({{"train_batch_size", 2},
+                                      {"zero_optimization", {{"stage", 3}, {"prefetch_bucket_size", 1000},
+                                                             {"stage3_prefetch_bucket_size", 2000}}}});
+  EXPECT_NE(error.find("zero_optimization.prefetch_bucket_size = 1000: DeepSpeed's other name for "
+                       "zero_optimization.stage3_prefetch_bucket_size, which is also given"),
+            std::string::npos)
+      << error;
+}
+
+// DeepSpeed reads seq_parallel_comm_data_type; the longer spelling its docs print is unknown to it too: a warning
+// pointing at the key it reads. A dtype DeepSpeed does not know is refused.
+TEST(KeyTable, SeqParallelCommDataTypeIsTheSpellingDeepSpeedReads) {
+  std::vector<std::string> warnings;
+  parse({{"train_batch_size", 2}, {"seq_parallel_communication_data_type", "fp32"}}, {}, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("did you mean 'seq_parallel_comm_data_type'?"), std::string::npos) << warnings[0];
+  EXPECT_NE(error_of({{"train_batch_size", 2}, {"seq_parallel_comm_data_type", "int8"}})
+                .find("seq_parallel_comm_data_type = \"int8\""),
+            std::string::npos);
 }
 
 TEST(KeyTable, ParamDtypeMustNameTheComputeDtype) {

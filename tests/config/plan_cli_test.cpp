@@ -195,11 +195,19 @@ TEST(PlanCli, InconsistentTriangleRejected) {
                "train_batch_size=32, train_micro_batch_size_per_gpu=4, gradient_accumulation_steps=2, world_size=2");
 }
 
-TEST(PlanCli, UnfilledAutoRejected) {
+// plan fills "auto" as gpt-train does: a flag, else gpt-train's default (lr 1e-3); what nothing fills is an error.
+TEST(PlanCli, AutoIsFilledAsGptTrainFillsIt) {
   std::string path = write_config("auto.json", {{"train_batch_size", 8},
                                                 {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", "auto"}}}}}});
-  expect_error(plan(path), path, "optimizer.params.lr = \"auto\"");
-  EXPECT_EQ(plan(path + " --lr 1e-4").code, 0);
+  const PlanRun defaulted = plan(path);
+  ASSERT_EQ(defaulted.code, 0) << defaulted.err;
+  EXPECT_NE(defaulted.out.find("\"lr\": 0.001"), std::string::npos) << defaulted.out;
+  const PlanRun flagged = plan(path + " --lr 1e-4");
+  ASSERT_EQ(flagged.code, 0) << flagged.err;
+  EXPECT_NE(flagged.out.find("\"lr\": 0.0001"), std::string::npos) << flagged.out;
+  std::string unfilled = write_config("unfilled.json", {{"train_batch_size", 8},
+                                                        {"zero_optimization", {{"stage3_max_live_parameters", "auto"}}}});
+  expect_error(plan(unfilled), unfilled, "zero_optimization.stage3_max_live_parameters = \"auto\"");
 }
 
 std::vector<std::vector<double>> read_csv(const std::string& path, std::string* header) {

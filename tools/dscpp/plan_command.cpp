@@ -10,6 +10,9 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "count_arg.h"
 #include "dscpp/comm/topology.h"
@@ -50,20 +53,8 @@ ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
     nlohmann::json value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     options.overrides[set.substr(0, eq)] = value.is_discarded() ? nlohmann::json(text) : value;
   }
-  AutoValues::HfArgs hf;
-  hf.lr = args.lr;
-  hf.weight_decay = args.weight_decay;
-  hf.max_grad_norm = args.clip;
-  hf.micro_batch = args.micro_batch;
-  hf.grad_accum = args.grad_accum;
-  hf.warmup_steps = args.warmup_steps;
-  hf.total_steps = args.total_steps;
-  hf.hidden_size = args.hidden_size;
-  if (args.fp16 || args.bf16) {
-    hf.fp16 = args.fp16;
-    hf.bf16 = args.bf16;
-  }
-  options.auto_values = AutoValues::from_hf_args(hf);
+  // The same rule gpt-train runs, so plan's verdict and resolved config are the run's.
+  options.auto_values = gpt::auto_values(args.autos, args.steps, args.hidden_size);
   return options;
 }
 
@@ -134,17 +125,12 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
       ->excludes(params);
   plan->add_option("--set", args.sets, "override a config key before parsing: key=value (repeatable)");
   plan->add_option("--schedule_csv", args.schedule_csv, "write step,lr,loss_scale per optimizer step to FILE");
-  plan->add_option("--steps", args.steps, "optimizer steps for --schedule_csv");
-  plan->add_option("--lr", args.lr, "fills \"auto\": optimizer lr, warmup_max_lr");
-  plan->add_option("--weight_decay", args.weight_decay, "fills \"auto\": optimizer weight_decay");
-  plan->add_option("--clip", args.clip, "fills \"auto\": gradient_clipping");
-  plan->add_option("--micro_batch", args.micro_batch, "fills \"auto\": train_micro_batch_size_per_gpu");
-  plan->add_option("--grad_accum", args.grad_accum, "fills \"auto\": gradient_accumulation_steps");
-  plan->add_option("--warmup_steps", args.warmup_steps, "fills \"auto\": scheduler warmup_num_steps");
-  plan->add_option("--total_steps", args.total_steps, "fills \"auto\": scheduler total_num_steps");
+  plan->add_option("--steps", args.steps,
+                   "optimizer steps, as gpt-train's --steps (default 150): the schedule's \"auto\" and the rows of "
+                   "--schedule_csv")
+      ->check(CLI::PositiveNumber);
+  gpt::add_auto_flags(*plan, args.autos);
   plan->add_option("--hidden_size", args.hidden_size, "fills \"auto\": ZeRO bucket sizes from the model width");
-  plan->add_flag("--fp16", args.fp16, "fills \"auto\": fp16.enabled true, bf16.enabled false");
-  plan->add_flag("--bf16", args.bf16, "fills \"auto\": bf16.enabled true, fp16.enabled false");
   return plan;
 }
 
@@ -170,6 +156,28 @@ std::vector<LayerInfo> gpt_layers(const gpt::GptConfig& m, int tp) {
 
 }  // namespace
 
+// What plan cannot check because it depends on the machine the run starts on; the run checks each at initialize.
+std::vector<std::string> machine_dependent_checks(const Config& config) {
+  std::vector<std::string> checks;
+  if (config.zero.offload_optimizer.device == OffloadDevice::kNvme) {
+    checks.push_back("zero_optimization.offload_optimizer.nvme_path '" + config.zero.offload_optimizer.nvme_path +
+                     "' exists, is writable and has room for the swap files");
+  }
+  if (config.zero.offload_param.device == OffloadDevice::kNvme) {
+    checks.push_back("zero_optimization.offload_param.nvme_path '" + config.zero.offload_param.nvme_path +
+                     "' exists, is writable and has room for the swap files");
+  }
+  for (const auto& [name, monitor] : {std::pair<const char*, const MonitorConfig&>{"tensorboard", config.tensorboard},
+                                      {"csv_monitor", config.csv_monitor},
+                                      {"wandb", config.wandb}}) {
+    if (monitor.enabled) checks.push_back(std::string(name) + ".output_path is writable");
+  }
+  if (config.flops_profiler.enabled && !config.flops_profiler.output_file.empty()) {
+    checks.push_back("flops_profiler.output_file is writable");
+  }
+  return checks;
+}
+
 void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   PlanArgs args = args_in;
   std::optional<gpt::GptConfig> model;
@@ -178,9 +186,16 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
     args.params = std::to_string(model->num_params());
     if (!args.hidden_size) args.hidden_size = model->n_embd;  // as gpt-train fills them
   }
+  // Without a model, "auto" bucket sizes are filled from gpt-train's default model, as a gpt-train run would.
+  if (!args.hidden_size) args.hidden_size = preset_model(gpt::GptConfig::kDefaultPreset).n_embd;
   const Config config = Config::from_file(args.config_path, make_options(args, err));
   const int tp = config.tensor_parallel_size, pp = config.pipeline.stages;
   out << config.resolved.dump(2) << "\n";
+  const auto unchecked = machine_dependent_checks(config);
+  if (!unchecked.empty()) {
+    out << "\nnot checked by plan (they depend on the machine; the run checks them when it starts):\n";
+    for (const auto& check : unchecked) out << "  - " << check << "\n";
+  }
   const BatchConfig& b = config.batch;
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
       << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size

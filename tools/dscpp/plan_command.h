@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "auto_flags.h"
+
 namespace dscpp {
 
 struct PlanArgs {
@@ -18,11 +20,10 @@ struct PlanArgs {
   std::string model;                     // or one of gpt-train's presets (tiny … gpt2-xl): its parameter count
   std::vector<std::string> sets;         // "key=value", value parsed as JSON when it is JSON
   std::string schedule_csv;              // "" = none
-  int64_t steps = 0;                     // rows of the schedule CSV
-  // HF-style flags that fill "auto" (SPEC §1.3).
-  std::optional<double> lr, weight_decay, clip;
-  std::optional<int64_t> micro_batch, grad_accum, warmup_steps, total_steps, hidden_size;
-  bool fp16 = false, bf16 = false;
+  int64_t steps = gpt::kDefaultSteps;    // gpt-train's --steps: fills the schedule's "auto"; rows of the CSV
+  // gpt-train's HF-style flags, filling "auto" exactly as gpt-train does (SPEC §1.3).
+  gpt::AutoFlags autos;
+  std::optional<int64_t> hidden_size;    // fills the bucket sizes' "auto" (--model gives its width)
 };
 
 // Adds the `plan` subcommand to `app`, filling `args` when it is parsed.

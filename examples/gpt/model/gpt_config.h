@@ -24,6 +24,7 @@ struct GptConfig {
 
   // A named preset with the data's vocabulary. Throws std::invalid_argument listing the known names.
   static GptConfig preset(const std::string& name, int64_t vocab_size);
+  static constexpr const char* kDefaultPreset = "small";  // gpt-train's --model
   static std::vector<std::string> preset_names();
 
   // Throws std::invalid_argument naming the flag (--n_embd, --n_head, ...) when a field is out of range.

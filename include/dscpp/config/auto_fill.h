@@ -16,7 +16,8 @@ extern const char* const kBatchKeys[3];
 
 // Replaces every "auto" whose dotted path has a value in `auto_values`. Batch keys absent from the config are
 // filled too, but only when the config states no batch key as a number (it leaves the batch to the program):
-// explicit numbers in the file always win, and an auto-filled side never contradicts them.
+// explicit numbers in the file always win, and an auto-filled side never contradicts them. Last, the program's
+// default micro-batch fills where neither train_batch_size nor the micro-batch is a number.
 void fill_auto(nlohmann::json& config, const AutoValues& auto_values);
 
 // Sets `value` at a dotted path ("zero_optimization.stage"), creating objects on the way.

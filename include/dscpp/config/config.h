@@ -65,6 +65,9 @@ struct ZeroConfig {
 
 // "aio": async I/O for NVMe offload.
 struct AioConfig {
+  // O_DIRECT transfers need buffers, lengths and offsets aligned to the device's logical block; 4 KiB covers every
+  // device in use. block_size must be a multiple (checked when the config is read, so `plan` refuses it too).
+  static constexpr int64_t kAlignment = 4096;
   int64_t block_size = 1'048'576;       // bytes
   int queue_depth = 8;
   int intra_op_parallelism = 1;
@@ -131,6 +134,10 @@ struct Fp16Config {
 // Keys are dotted config paths ("optimizer.params.lr"). `from_hf_args` maps HF Trainer flags onto them.
 struct AutoValues {
   std::map<std::string, nlohmann::json> values;
+  // The program's own micro-batch when no flag names one: fills train_micro_batch_size_per_gpu ("auto" or absent)
+  // only where the config's numbers leave it free — neither train_batch_size nor the micro-batch is a number —
+  // so a default never contradicts a batch the config states (the triangle solves the micro-batch then).
+  std::optional<int64_t> default_micro_batch;
 
   // HF Trainer-style arguments; unset ones fill nothing.
   struct HfArgs {
@@ -140,6 +147,7 @@ struct AutoValues {
     // With micro_batch and grad_accum, fills train_batch_size = world × micro × gas (as HF does); without it
     // an "auto" train_batch_size is solved by the batch triangle from ConfigOptions::world_size instead.
     std::optional<int64_t> world_size;
+    std::optional<int64_t> default_micro_batch;  // see AutoValues::default_micro_batch
   };
   // Betas and eps are always filled (HF's defaults 0.9, 0.999, 1e-8 when unset), as the HF Trainer does;
   // scheduler.params.warmup_min_lr is always 0; one of fp16/bf16 set fills both enabled flags.

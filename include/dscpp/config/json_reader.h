@@ -77,12 +77,16 @@ class JsonReader {
   [[noreturn]] void fail(const std::string& key, const std::string& allowed) const;
 
   // Every key of the object that no read asked for: a warning at the root (DeepSpeed ignores unknown top-level keys),
-  // a ConfigError inside a section (DeepSpeed's section models forbid extra keys), with the closest known key.
+  // a ConfigError inside a section, with the closest known key. That is our rule for every section — DeepSpeed's
+  // pydantic sections (zero_optimization, monitors, comms_logger) forbid extras, its dict-read ones (fp16, bf16,
+  // aio, activation_checkpointing, …) ignore them — because a misspelt key there would otherwise change nothing.
   void finish();
 
  private:
   // The value at key, or nullptr when absent; throws the unfilled-"auto" error for "auto".
   const nlohmann::json* lookup(const std::string& key);
+  // Throws for a key present as null: a number has no null (`what` says what is allowed).
+  void refuse_null_number(const std::string& key, const std::string& what);
 
   nlohmann::json& object_;
   std::string path_;

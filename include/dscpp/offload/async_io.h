@@ -22,9 +22,8 @@
 
 namespace dscpp {
 
-// O_DIRECT transfers need buffers, lengths and offsets aligned to the device's logical block; 4 KiB covers every
-// device in use.
-constexpr size_t kIoAlignment = 4096;
+// O_DIRECT alignment of every buffer, length and offset (AioConfig::kAlignment).
+constexpr size_t kIoAlignment = AioConfig::kAlignment;
 
 enum class IoBackend { kAuto, kIoUring, kLibaio };
 

@@ -126,13 +126,14 @@ TEST(ConfigDefaults, OptimizerParamsPerType) {
   EXPECT_TRUE(a.bias_correction);
   EXPECT_FALSE(a.torch_adam);
   EXPECT_EQ(optimizer("ADAMW").type, "AdamW");
-  const auto& s = std::get<SgdOptions>(optimizer("sgd").options);
+  // Copies: a reference into a temporary config would dangle (ASan: stack-use-after-scope).
+  const auto s = std::get<SgdOptions>(optimizer("sgd").options);
   EXPECT_EQ(s.momentum, 0.0);
   EXPECT_FALSE(s.nesterov);
-  const auto& l = std::get<LionOptions>(optimizer("lion").options);
+  const auto l = std::get<LionOptions>(optimizer("lion").options);
   EXPECT_EQ(l.lr, 1e-4);
   EXPECT_EQ(l.betas[1], 0.99);
-  const auto& g = std::get<AdagradOptions>(optimizer("Adagrad").options);
+  const auto g = std::get<AdagradOptions>(optimizer("Adagrad").options);
   EXPECT_EQ(g.lr, 1e-2);
   EXPECT_EQ(g.eps, 1e-10);
   // Lamb's params parse, but the engine has no Lamb: refused at parse, as dscpp::initialize would.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs every Debian package the build needs, then configures and builds (Release-with-debug-info, ccache).
-# Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir [target...]]
+# Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir [target...|none]]
 # By default it builds what README's first command runs — the library, `dscpp`, `gpt-train` and the Python package
 # `dscpp` (build/python) — and not the tests and benchmarks (scripts/test.sh builds those: `scripts/setup.sh build all`).
 #
@@ -36,6 +36,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+[ "${TARGETS[0]}" != none ] || exit 0  # "none": the packages only (scripts/test.sh --sanitize configures its own build)
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"}
 cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"

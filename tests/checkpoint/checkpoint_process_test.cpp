@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "../common/sanitizer.h"
 #include "../common/test_device.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
 #include "dscpp/checkpoint/manifest.h"
@@ -448,6 +449,7 @@ TEST(Consolidate, InitFromTakesTheShapeFromConfigJson) {
 }
 
 TEST(Consolidate, PeakMemoryStaysNearTheLargestTensorNotTheModel) {
+  DSCPP_SKIP_WHEN_SANITIZED("consolidate's peak RSS");
   // 12 blocks of width 512: 38M parameters, 153 MB of fp32 weights; the largest tensor is 4 MB.
   const Shape shape{1, 0};
   const auto dir = temp_dir("consolidate_rss");

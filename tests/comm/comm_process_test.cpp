@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "../common/sanitizer.h"
 #include "comm_worker.h"
 
 extern char** environ;
@@ -57,6 +58,7 @@ std::string slurp(const fs::path& p) {
 // Starts ranks `ranks` of a `world`-rank job running `scenario`, waits up to `limit` for all, kills stragglers.
 std::vector<Rank> run_job(const std::string& scenario, int world, const std::vector<int>& ranks, double timeout_min,
                           std::chrono::seconds limit) {
+  limit *= dscpp::testing::kSanitizerSlowdown;  // a hang guard
   const int port = free_port();
   const fs::path dir = fs::temp_directory_path() / ("dscpp_comm_" + std::to_string(::getpid()) + "_" +
                                                     std::to_string(port));

@@ -5,6 +5,16 @@
 
 #include <gtest/gtest.h>
 
+namespace dscpp::testing {
+// How much longer a hang guard waits in the sanitized build, where our code runs several times slower (as the CTest
+// timeouts in tests/CMakeLists.txt): a limit that catches a hang, never one that times the work.
+#ifdef DSCPP_SANITIZED
+constexpr int kSanitizerSlowdown = 3;
+#else
+constexpr int kSanitizerSlowdown = 1;
+#endif
+}  // namespace dscpp::testing
+
 #ifdef DSCPP_SANITIZED
 #define DSCPP_SKIP_WHEN_SANITIZED(what) \
   GTEST_SKIP() << what << " is not measurable under AddressSanitizer (shadow memory and its quarantine grow RSS)"

@@ -449,7 +449,7 @@ TEST(Consolidate, InitFromTakesTheShapeFromConfigJson) {
 }
 
 TEST(Consolidate, PeakMemoryStaysNearTheLargestTensorNotTheModel) {
-  DSCPP_SKIP_WHEN_SANITIZED("consolidate's peak RSS");
+  DSCPP_SKIP_WHEN_SANITIZED("peak RSS includes its shadow memory and quarantine");
   // 12 blocks of width 512: 38M parameters, 153 MB of fp32 weights; the largest tensor is 4 MB.
   const Shape shape{1, 0};
   const auto dir = temp_dir("consolidate_rss");

@@ -1,6 +1,7 @@
-// Tests that measure a process's memory (peak RSS) mean nothing under AddressSanitizer: its shadow memory and the
-// quarantine that holds freed blocks back grow RSS by design. scripts/test.sh --sanitize builds with DSCPP_SANITIZED;
-// those tests skip there, saying why, and run in every other build.
+// What the sanitized build (scripts/test.sh --sanitize, DSCPP_SANITIZED) changes for tests. A few tests mean nothing
+// under AddressSanitizer and skip there, saying why: those that measure a process's memory (its shadow memory and the
+// quarantine of freed blocks grow RSS by design) and those of glibc's malloc (ASan replaces malloc). They run in
+// every other build.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,8 +17,7 @@ constexpr int kSanitizerSlowdown = 1;
 }  // namespace dscpp::testing
 
 #ifdef DSCPP_SANITIZED
-#define DSCPP_SKIP_WHEN_SANITIZED(what) \
-  GTEST_SKIP() << what << " is not measurable under AddressSanitizer (shadow memory and its quarantine grow RSS)"
+#define DSCPP_SKIP_WHEN_SANITIZED(why) GTEST_SKIP() << "not under AddressSanitizer: " << why
 #else
-#define DSCPP_SKIP_WHEN_SANITIZED(what) static_cast<void>(0)
+#define DSCPP_SKIP_WHEN_SANITIZED(why) static_cast<void>(0)
 #endif

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "dscpp/dscpp.h"
+#include "../common/sanitizer.h"
 #include "dscpp/engine/host_malloc.h"
 #include "test_models.h"
 
@@ -29,6 +30,7 @@ bool mapped(size_t bytes) {
 }
 
 TEST(HostMalloc, BlocksUpTo32MiBStayInTheHeapAndFreedOnesAreKept) {
+  DSCPP_SKIP_WHEN_SANITIZED("ASan replaces glibc's malloc, whose tuning this tests");
   const auto tuning = tune_host_malloc();
   ASSERT_TRUE(tuning.applied) << tuning.reason;
   EXPECT_FALSE(mapped(size_t{1} << 20));
@@ -47,6 +49,7 @@ TEST(HostMalloc, BlocksUpTo32MiBStayInTheHeapAndFreedOnesAreKept) {
 }
 
 TEST(HostMalloc, InitializeTunesMalloc) {
+  DSCPP_SKIP_WHEN_SANITIZED("ASan replaces glibc's malloc, whose tuning this tests");
   auto model = Mlp();
   InitOptions init;
   init.log = [](const std::string&) {};

@@ -3,8 +3,8 @@
 # Usage: scripts/test.sh [--sanitize] [extra ctest args], e.g. scripts/test.sh -L long for the long suites.
 #   --sanitize: builds everything with ASan + UBSan in build-asan/ (DSCPP_SANITIZE) and runs the same tests there.
 #   Suppressions (each with its reason) are in scripts/sanitizers/; a UBSan report fails its test. Slow: a training
-#   step runs ~9x longer under ASan (its allocator maps and faults in every large tensor anew), so on 2 cores the
-#   build takes ~45 min and the default tests ~1 hour — run it in the background with a log.
+#   step runs ~9x longer under ASan (its allocator maps and faults in every large tensor anew); on 2 cores the
+#   default tests took 57 min after a build of over an hour — run it in the background with a log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=build

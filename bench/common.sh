@@ -1,6 +1,7 @@
-# Sourced by the gpt-train benchmarks (scaling, zero3_overhead, host_malloc) with their arguments ([build-dir]
-# [steps]): sets BUILD, STEPS, MODEL (env, default small), ROUNDS (env, default 5) and OUT, a scratch directory
-# removed on exit. Defines:
+# Sourced by the gpt-train benchmarks (scaling, zero3_overhead, host_malloc, …) with their arguments ([build-dir]
+# [steps]): sets BUILD, STEPS (default DEFAULT_STEPS, else 10: 7 measured after the warm-up), MODEL (env, default
+# small), ROUNDS (env, default 3: enough for min / median / max, and every default run within its few minutes) and
+# OUT, a scratch directory removed on exit. Defines:
 #   zero_config STAGE [EXTRA]  the config they share (micro-batch MICRO_BATCH, default 8, AdamW, buckets of 5e5) with
 #                              zero_optimization's stage and EXTRA keys (', "key": value' …), on stdout
 #   median FILE FIELD          the median of FIELD over a --metrics file's steps after the first 3 (warm-up, and the
@@ -87,9 +88,9 @@ ratio() {
 }
 
 BUILD=${1:-build}
-STEPS=${2:-20}
+STEPS=${2:-${DEFAULT_STEPS:-10}}
 MODEL=${MODEL:-small}
-ROUNDS=${ROUNDS:-5}
+ROUNDS=${ROUNDS:-3}
 FIELD=${FIELD:-step_ms}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT

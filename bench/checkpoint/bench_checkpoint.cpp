@@ -2,6 +2,7 @@
 // AdamW: a checkpoint of P parameters is 12P bytes (master + two Adam moments). Raw disk is the same number of bytes
 // written by pwrite in 64 MiB pieces and fsynced, in the same directory. Prints GB/s of each and save / raw; then
 // load_checkpoint's GB/s (page cache as the save left it: the files were just written).
+// Expected time on a 2-core machine with the defaults (100M parameters, best of 3): ~1 min; ~3 GB of memory.
 #include <CLI/CLI.hpp>
 #include <fcntl.h>
 #include <torch/torch.h>

@@ -2,6 +2,7 @@
 # bench/checkpoint: save_checkpoint throughput against raw disk (bench_checkpoint), then `dscpp consolidate` on a
 # 12-layer x 512 GPT checkpoint: its peak RSS against the model's size and its largest tensor (streaming means the
 # peak grows by about one tensor over the binary's baseline, which the tiny checkpoint's run shows).
+# Expected time on a 2-core machine with the defaults: ~2 min.
 # Usage: bench/checkpoint/run.sh [build-dir] [params-millions] [dir]
 set -euo pipefail
 BUILD=${1:-build}

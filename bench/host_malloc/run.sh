@@ -4,7 +4,8 @@
 # PyTorch loop (bench/python_loop, DDP over Gloo; glibc's policy) on the same model, data and AdamW, interleaved over
 # ROUNDS rounds (bench/common.sh). Prints each one's median step time, page faults and system time per step and
 # rank 0's peak RSS, the ratio glibc/tuned of step times and tuned / Python loop (target <= 1.0).
-# Usage: [MODEL=small] [ROUNDS=5] bench/host_malloc/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~3 min.
+# Usage: [MODEL=small] [ROUNDS=3] bench/host_malloc/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 zero_config 2 >"$OUT/zero2.json"

@@ -9,6 +9,7 @@
 # Every rank's numbers come from the engine's memory_breakdown (one exchange); the max over ranks is printed, and
 # live - ledger, what the formula leaves out. Stage 3 runs with stage3_param_persistence_threshold 0 (every parameter
 # partitioned).
+# Expected time on a 2-core machine with the defaults: ~2 min (12 one-step runs).
 # Usage: bench/memory/run.sh [build-dir] [model]
 set -euo pipefail
 BUILD=${1:-build}

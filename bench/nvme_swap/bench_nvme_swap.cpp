@@ -7,6 +7,7 @@
 // Overlap: a compute loop (1-thread matmuls) sized to the sweep's own time per sub-group runs between acquire and
 // release, as the optimizer's update does: hidden = 1 - (overlapped - compute alone) / (swap alone), the share of
 // the sweep's I/O time that no longer adds to the step (1: all hidden), and the time acquire/release/flush blocked.
+// Expected time on a 2-core machine with the defaults (2 GiB of state): ~1 min.
 #include <fcntl.h>
 #include <unistd.h>
 

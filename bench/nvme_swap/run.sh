@@ -3,6 +3,7 @@
 # depth, 1, 2 and 4 jobs; the best of them), then bench_nvme_swap on the same directory with those rates as its
 # baseline: the NVMe optimizer store's write, read and read+write sweep as a share of fio's, and the share of the
 # sweep's I/O a compute loop hides.
+# Expected time on a 2-core machine with the defaults: ~2 min (9 fio runs of 2 GiB, then the store).
 # Usage: [DIR=/tmp] [GIB=2] [BLOCK=1048576] [DEPTH=8] bench/nvme_swap/run.sh [build-dir]
 set -euo pipefail
 BUILD=${1:-build}

@@ -10,9 +10,11 @@
 # What to expect: the idle share tracks the bubble plus the stages' imbalance (partitioned by parameters, the first
 # and last stages hold one block beside the embedding or the head, the middle ones two); dp 4 is faster wherever the
 # model fits one rank — a pipeline is for models that do not.
+# Expected time on a 2-core machine with the defaults: ~5 min.
 # Usage: [MODEL=small] [ROUNDS=2] bench/pipeline/run.sh [build-dir] [steps]
 set -euo pipefail
 ROUNDS=${ROUNDS:-2}
+DEFAULT_STEPS=6  # 6 steps of m = 16 micro-batches: the three m in ~5 min
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 launch=(env OMP_NUM_THREADS=1 "$BUILD/dscpp" launch --num_gpus 4 --master_port)
 echo "pipeline: $MODEL, 4 processes (one thread each), micro-batch 2 x seq 128, $STEPS steps, $ROUNDS rounds"

@@ -6,7 +6,8 @@
 # bench/engine_overhead (one process for all) measures the engine's own work. Prints each one's median step time,
 # minor page faults and system time per step, and engine / Python loop per stage (targets: <= 1.0 at stages 0-2,
 # <= 1.05 at stage 3).
-# Usage: [MODEL=small] [ROUNDS=5] [THREADS=nproc] bench/python_baseline/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~4 min.
+# Usage: [MODEL=small] [ROUNDS=3] [THREADS=nproc] bench/python_baseline/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 THREADS=${THREADS:-$(nproc)}

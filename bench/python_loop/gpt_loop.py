@@ -9,8 +9,9 @@ the first step is gpt-train's), the embedded default corpus read from the same f
 The optimizer is torch.optim.AdamW(foreach=True) on all parameters: lr 1e-3, weight decay 0.1, betas (0.9, 0.999),
 eps 1e-8, no clipping, no schedule — what the benches' DeepSpeed config (bench/common.sh zero_config) asks for.
 --bf16 trains as the engine's bf16 does: bf16 weights and gradients, AdamW on fp32 master copies.
-Writes gpt-train's --metrics lines (step, loss, lr, step_ms, tokens_per_s, world_size, rss_bytes, peak_rss_bytes),
-with rank 0's loss (gpt-train's is the mean over ranks, an extra collective a plain loop would not run).
+Writes gpt-train's --metrics lines (step, loss, lr, step_ms, tokens_per_s, world_size, rss_bytes, peak_rss_bytes,
+and vm_peak_bytes, its peak address space) with rank 0's loss (gpt-train's is the mean over ranks, an extra
+collective a plain loop would not run).
 """
 import argparse
 import json
@@ -36,10 +37,13 @@ def average_fp32(grads):
 
 
 def memory_bytes():
-    """(resident, peak resident) bytes of this process, as gpt-train's rss_bytes / peak_rss_bytes."""
+    """(resident, peak resident, peak address space) bytes of this process; the first two as gpt-train's rss_bytes /
+    peak_rss_bytes. The address space (VmPeak) counts what was mapped and never touched too: what prlimit --as limits."""
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with open("/proc/self/status") as f:
+        vm_peak = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmPeak:"))
+    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, vm_peak
 
 
 def main():
@@ -117,10 +121,10 @@ def main():
                     q.copy_(m)
         step_ms = (time.perf_counter() - start) * 1000.0
         if metrics:
-            rss, peak = memory_bytes()
+            rss, peak, vm_peak = memory_bytes()
             line = {"step": step + 1, "loss": loss.item(), "lr": a.lr, "step_ms": step_ms,
                     "tokens_per_s": global_batch * seq_len / (step_ms / 1000.0), "world_size": world,
-                    "rss_bytes": rss, "peak_rss_bytes": peak}
+                    "rss_bytes": rss, "peak_rss_bytes": peak, "vm_peak_bytes": vm_peak}
             metrics.write(json.dumps(line, separators=(",", ":")) + "\n")  # bench/common.sh's `median` reads it
             metrics.flush()
     if rank == 0:

@@ -5,7 +5,8 @@
 # foreach=True), interleaved over ROUNDS rounds (bench/common.sh); then two processes, ZeRO-3 against ZeRO-2
 # (dscpp launch, one core each). Targets: <= 1.03 (stages 0-2), <= 1.10 (stage 3) against the loop, <= 1.15 for
 # ZeRO-3 / ZeRO-2 on two processes (DeepSpeed itself measured 1.08, 1.38 and 2.0 on this kind of machine).
-# Usage: [MODEL=small] [ROUNDS=5] bench/python_overhead/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~5 min.
+# Usage: [MODEL=small] [ROUNDS=3] bench/python_overhead/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 for stage in 0 2 3; do zero_config "$stage" >"$OUT/stage$stage.json"; done

@@ -1,11 +1,13 @@
 // bench_scale_summary METRICS.jsonl PARAMS: the scale demonstration's report from gpt-train's metrics — per step the
-// time, the part of it spent blocked on NVMe I/O (parameter and optimizer swap files), bytes moved; then peak RSS,
-// the bytes on disk, and the model-state bytes the run trained against the machine's RAM.
+// time, the part of it spent blocked on NVMe I/O (parameter and optimizer swap files), bytes moved; then whether the
+// loss fell (the mean over the first half of the steps against the last half's: one step's batch is noisy), peak RSS, the bytes on
+// disk, and the model-state bytes the run trained against the machine's RAM.
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 #include <unistd.h>
 
 int main(int argc, char** argv) {
@@ -18,6 +20,7 @@ int main(int argc, char** argv) {
   const double gb = 1e9;
   double wait_before = 0, read_before = 0, written_before = 0;
   nlohmann::json last;
+  std::vector<double> losses;
   for (std::string line; std::getline(in, line);) {
     const auto m = nlohmann::json::parse(line);
     const auto& p = m["param_swap"];
@@ -26,6 +29,7 @@ int main(int argc, char** argv) {
     const double read = p["read_bytes"].get<double>() + o["read_bytes"].get<double>();
     const double written = p["written_bytes"].get<double>() + o["written_bytes"].get<double>();
     const double step_s = m["step_ms"].get<double>() / 1000;
+    losses.push_back(m["loss"].get<double>());
     if (last.is_null()) {
       // The counters start when the stores are made, so the first step's include initialize's writes: its split
       // would be wrong, and the steps after it are measured from it.
@@ -48,6 +52,14 @@ int main(int argc, char** argv) {
   if (last.is_null()) {
     std::fprintf(stderr, "%s: no steps\n", argv[1]);
     return 1;
+  }
+  if (losses.size() >= 3) {
+    const size_t half = losses.size() / 2;
+    double head = 0, tail = 0;
+    for (size_t i = 0; i < half; ++i) head += losses[i] / static_cast<double>(half);
+    for (size_t i = losses.size() - half; i < losses.size(); ++i) tail += losses[i] / static_cast<double>(half);
+    std::printf("loss: mean %.4f over the first %zu steps, %.4f over the last %zu: %s\n", head, half, tail, half,
+                tail < head ? "falls" : "does NOT fall");
   }
   const double ram = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   const double disk = last["param_swap"]["file_bytes"].get<double>() + last["optimizer_swap"]["file_bytes"].get<double>();

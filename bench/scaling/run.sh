@@ -4,7 +4,8 @@
 # `dscpp launch`, interleaved over ROUNDS rounds (bench/common.sh). Prints the median tokens/s of each and the
 # headline ratio 2x1 / 1x2; then, as a second line, 2 processes against 1 process x 1 thread (micro-batch 8), the
 # scaling ratio of earlier READMEs (target >= 1.8), which two threads' worth of cores makes superlinear-looking.
-# Usage: [MODEL=small] [ROUNDS=5] bench/scaling/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~2 min.
+# Usage: [MODEL=small] [ROUNDS=3] bench/scaling/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 FIELD=tokens_per_s

@@ -4,7 +4,8 @@
 # a 2-core machine). Every step rank 0's metrics record its RSS, open file descriptors and the swap files' size;
 # after a warm-up (the first WARMUP steps, default 200: caches, the first checkpoints) each may grow by < 1%.
 # Prints, per quantity, the value at the end of the warm-up, the largest after it and the growth; exits 1 if any
-# grew 1% or more. Usage: [WARMUP=200] [KEEP=FILE] bench/soak/run.sh [build-dir] [steps] (KEEP: copy rank 0's
+# grew 1% or more. Expected time on a 2-core machine with the defaults: ~3 min.
+# Usage: [WARMUP=200] [KEEP=FILE] bench/soak/run.sh [build-dir] [steps] (KEEP: copy rank 0's
 # metrics there, to look at the curves).
 set -euo pipefail
 BUILD=${1:-build}

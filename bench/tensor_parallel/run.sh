@@ -5,7 +5,8 @@
 # tp / dp and, from the last round, rank 0's model-state bytes and peak RSS in each layout. What to expect: tp halves
 # the model states a rank holds and pays two all-reduces of the activations per block and direction; dp reduces the
 # gradients once per step.
-# Usage: [MODEL=small] [ROUNDS=5] bench/tensor_parallel/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~2 min.
+# Usage: [MODEL=small] [ROUNDS=3] bench/tensor_parallel/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 MICRO_BATCH=16 zero_config 0 >"$OUT/tp.json"

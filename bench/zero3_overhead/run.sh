@@ -6,7 +6,8 @@
 # stage 3), and the share of all-gather wait that prefetch hides:
 #   hidden = 1 - (gather wait per step with prefetch) / (gather wait per step without prefetch),
 # from the engine's timers (gather_wait_s in the metrics: time the forward/backward sat blocked on a gather).
-# Usage: [MODEL=small] [ROUNDS=5] bench/zero3_overhead/run.sh [build-dir] [steps]
+# Expected time on a 2-core machine with the defaults: ~4 min.
+# Usage: [MODEL=small] [ROUNDS=3] bench/zero3_overhead/run.sh [build-dir] [steps]
 set -euo pipefail
 source "$(dirname "$0")/../common.sh" "$@"  # BUILD, STEPS, MODEL, ROUNDS, OUT, interleave, ratio
 zero_config 2 >"$OUT/stage2.json"

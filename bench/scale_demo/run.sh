@@ -35,7 +35,7 @@ mkdir -p "$nvme_root"
 nvme=$(mktemp -d "$nvme_root/run.XXXXXX")
 trap 'rm -rf "$nvme"' EXIT
 GiB=$((1 << 30))
-avail() { awk '/MemAvailable/ { print $2 * 1024 }' /proc/meminfo; }
+avail() { awk '/MemAvailable/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo; }
 config="$nvme/scale_config.json"
 scheduler=""
 [ "$warmup" -eq 0 ] || scheduler='
@@ -55,7 +55,8 @@ params=$(count "$n_layer" "$n_embd")
 echo "scale_demo: $params parameters, swap files under $nvme ($(df -h --output=avail "$nvme" | tail -1 | tr -d ' ') free)," \
   "batch $batch x 32 tokens, lr $lr (warmup steps: $warmup), $steps steps"
 start=$(date +%s)
-OMP_NUM_THREADS=$(nproc) prlimit --as=$(( $(avail) + 2 * GiB )) -- "$build/gpt-train" --no_progress --model gpt2-xl \
+as_limit=$(( $(avail) + 2 * GiB ))
+OMP_NUM_THREADS=$(nproc) prlimit --as="$as_limit" -- "$build/gpt-train" --no_progress --model gpt2-xl \
   --n_layer "$n_layer" --n_embd "$n_embd" --n_head "$n_head" --seq_len 32 --steps "$steps" --deepspeed_config "$config" --metrics "$nvme/metrics.jsonl"
 echo "gpt-train: $(( $(date +%s) - start )) s in all (initialize and $steps steps)"
 "$build/bench/bench_scale_summary" "$nvme/metrics.jsonl" "$params"

@@ -18,13 +18,14 @@
 # multiple of it. PLAIN=0 skips it.
 # Memory: the demo's process is limited to MemAvailable + 2 GiB of address space (it maps ~1 GiB it never touches:
 # libraries, thread stacks), so that outgrowing the machine ends in an error, not the OOM killer.
-# Expected time on a 2-core machine (defaults): ~25 min — initialize ~4, ~2.7 min a step, the baseline ~3.
+# Expected time on a 2-core machine (defaults): ~25 min — initialize ~2.5, ~3.3 min a step (6 steps took 23.7 min
+# with initialize), the baseline ~4.
 #
 #   [LR=2e-6] [WARMUP=0] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
 set -euo pipefail
 build=${1:-build}
 nvme_root=${2:-/tmp/dscpp_scale}
-steps=${3:-6}
+steps=${3:-5}
 n_layer=${4:-32}
 n_embd=${5:-2816}
 n_head=$((n_embd / 128))

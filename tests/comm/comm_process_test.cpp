@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "../common/sanitizer.h"
+#include "../common/subprocess.h"
 #include "comm_worker.h"
 
 extern char** environ;
@@ -60,9 +61,7 @@ std::vector<Rank> run_job(const std::string& scenario, int world, const std::vec
                           std::chrono::seconds limit) {
   limit *= dscpp::testing::kSanitizerSlowdown;  // a hang guard
   const int port = free_port();
-  const fs::path dir = fs::temp_directory_path() / ("dscpp_comm_" + std::to_string(::getpid()) + "_" +
-                                                    std::to_string(port));
-  fs::create_directories(dir);
+  const fs::path dir = dscpp::testing::temp_dir("comm_" + std::to_string(port));
   std::vector<Rank> out(ranks.size());
   for (size_t k = 0; k < ranks.size(); ++k) {
     const int r = ranks[k];

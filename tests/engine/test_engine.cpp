@@ -7,6 +7,7 @@
 
 #include "dscpp/dscpp.h"
 #include "test_models.h"
+#include "../common/subprocess.h"
 
 namespace dscpp::testing {
 namespace {
@@ -326,8 +327,7 @@ TEST(Engine, WallClockBreakdownPrintsEveryPhaseEachPrintWindow) {
 // optimizer step at the global sample count, the value exactly the step's.
 TEST(Engine, CsvMonitorWritesOneFilePerEventInDeepSpeedsLayout) {
   namespace fs = std::filesystem;
-  const auto out = fs::temp_directory_path() / ("dscpp_csv_monitor_" + std::to_string(::getpid()));
-  fs::remove_all(out);
+  const auto out = dscpp::testing::temp_dir("csv_monitor");
   auto model = Mlp();
   auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4, "wall_clock_breakdown": true,
       "csv_monitor": {"enabled": true, "output_path": ")" + out.string() + R"(", "job_name": "run1"},

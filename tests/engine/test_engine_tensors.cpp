@@ -5,6 +5,7 @@
 
 #include "dscpp/dscpp.h"
 #include "test_models.h"
+#include "../common/subprocess.h"
 
 #include <unistd.h>
 
@@ -138,7 +139,7 @@ TEST(EngineTensors, ModuleOptionsAreRefusedForTensors) {
 // A non-persistent buffer (Python's register_buffer(persistent=False)) stays out of the checkpoint's module state;
 // naming something that is not a buffer is an error naming it.
 TEST(EngineTensors, NonPersistentBuffersStayOutOfCheckpoints) {
-  const auto dir = std::filesystem::temp_directory_path() / ("dscpp_non_persistent_" + std::to_string(getpid()));
+  const auto dir = dscpp::testing::temp_dir("non_persistent");
   auto model = TwoBlocks();
   auto tensors = model_tensors(*model, {});
   tensors.non_persistent_buffers = {"steps"};

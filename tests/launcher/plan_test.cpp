@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
+#include "../common/subprocess.h"
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,8 +18,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string write_hostfile(const std::string& name, const std::string& text) {
-  const fs::path dir = fs::temp_directory_path() / ("dscpp_launcher_plan_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  static const fs::path dir = dscpp::testing::temp_dir("launcher_plan");
   std::ofstream(dir / name) << text;
   return (dir / name).string();
 }

@@ -8,6 +8,7 @@
 
 #include "dscpp/launcher/remote_commands.h"
 #include "dscpp/launcher/remote_env.h"
+#include "../common/subprocess.h"
 
 namespace dscpp::launcher {
 namespace {
@@ -15,7 +16,8 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("dscpp_launcher_remote_" + std::to_string(::getpid())) / name;
+  static const fs::path root = dscpp::testing::temp_dir("launcher_remote");
+  const fs::path dir = root / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -82,7 +84,7 @@ TEST(RemoteCommands, Ssh) {
 // What ssh hands the remote shell, run by a real shell: hostile values in the working directory, the exports and the
 // program's arguments arrive as the same bytes, and nothing in them runs.
 TEST(RemoteCommands, SshCommandLineSurvivesHostileValuesInARealShell) {
-  const std::string dir = ::testing::TempDir() + "dscpp_quote_$(touch pwned)_'x'";
+  const std::string dir = (dscpp::testing::temp_dir("launcher_quote") / "dscpp_quote_$(touch pwned)_'x'").string();
   std::filesystem::create_directories(dir);
   const EnvMap exports = {{"X", "$(touch pwned); 'q'"}};
   // The remote side of ssh: its last word, run by /bin/sh.

@@ -20,6 +20,7 @@ PACKAGES=(build-essential cmake ccache git
   nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev
   liburing-dev libaio-dev protobuf-compiler libprotobuf-dev
   python3-torch python3-dev pybind11-dev python3-pytest python3-torchvision  # the Python front end and its tests
+  iproute2 openssh-server openssh-client  # tests/multinode: two hosts in network namespaces, the ssh launcher
   time fio)  # the benchmarks: GNU time counts page faults, a plain PyTorch loop and fio are baselines
 if [ -n "${Torch_DIR:-}" ]; then
   [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "setup.sh: Torch_DIR=$Torch_DIR has no TorchConfig.cmake" >&2; exit 2; }

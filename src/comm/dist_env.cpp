@@ -158,6 +158,12 @@ DistEnv from_torchrun(const EnvMap& env) {
   e.cross_size = get_int(env, "CROSS_SIZE").value_or(nodes);
   e.cross_rank = get_int(env, "CROSS_RANK").value_or(e.local_size > 0 ? e.rank / e.local_size : 0);
   finish(e, env, {"RANK", "WORLD_SIZE", "LOCAL_RANK", local_size_var, "CROSS_RANK", "CROSS_SIZE"}, std::nullopt);
+  // torch.distributed compares with str(True); anything else means rank 0 hosts the store, as it does there.
+  e.agent_store = get(env, "TORCHELASTIC_USE_AGENT_STORE") == std::optional<std::string>("True");
+  if (e.agent_store) {
+    e.restart_count = require_int(env, "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_USE_AGENT_STORE=True");
+    if (e.restart_count < 0) fail("TORCHELASTIC_RESTART_COUNT", std::to_string(e.restart_count), "an integer >= 0");
+  }
   return e;
 }
 

@@ -1,7 +1,10 @@
 // init_comm: rendezvous, then a Gloo (CPU) or NCCL (GPU) process group wrapped as a Comm. The Gloo device is chosen
-// so that a loopback master keeps all traffic on loopback, and GLOO_SOCKET_IFNAME picks the NIC otherwise.
+// so that a loopback master keeps all traffic on loopback; otherwise GLOO_SOCKET_IFNAME picks the NIC, or, unset, the
+// interface that reaches the master (gloo_interface.h).
+#include <iostream>
 #include <sstream>
 
+#include "dscpp/comm/gloo_interface.h"
 #include "process_group_comm.h"
 #include "rendezvous.h"
 
@@ -12,16 +15,34 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistEnv& env) {
-  if (is_loopback(env.master_addr)) return {c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr)};
+// Gloo's devices for this rank. `bound` (if given) gets a line for the start-up log naming what was bound and why.
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistEnv& env, std::string* bound = nullptr) {
+  auto say = [&](const std::string& line) {
+    if (bound != nullptr) *bound = line;
+  };
+  if (is_loopback(env.master_addr)) {
+    say("loopback " + env.master_addr + " (the master is on this host)");
+    return {c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr)};
+  }
   if (!env.gloo_socket_ifname.empty()) {
     std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
     std::stringstream names(env.gloo_socket_ifname);
     for (std::string name; std::getline(names, name, ',');)
       if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+    say(env.gloo_socket_ifname + " (GLOO_SOCKET_IFNAME)");
     return devices;
   }
-  return {c10d::ProcessGroupGloo::createDefaultDevice()};
+  // Gloo's default device binds to what the hostname resolves to, often loopback: choose as NCCL does instead.
+  const GlooBinding binding =
+      choose_gloo_binding(gather_binding_inputs(env.master_addr, env.master_port, env.cross_size > 1));
+  say(binding.interface + " " + binding.address + " (" + binding.reason + "; MASTER_ADDR " + env.master_addr + ")");
+  return {c10d::ProcessGroupGloo::createDeviceForHostname(binding.address)};
+}
+
+// The prefix of the keys our side streams write straight to the TCPStore (under no PrefixStore): under torchrun's
+// agent store, per attempt, as the rendezvous store's keys are (DistEnv::agent_store).
+std::string stream_prefix(const DistEnv& env) {
+  return env.agent_store ? "attempt_" + std::to_string(env.restart_count) + "/" : "";
 }
 
 // Sub-groups (Comm::split) on the same devices, with the same timeout.
@@ -34,12 +55,18 @@ GroupFactory gloo_factory(c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> op
 std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
   const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
   auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
+  std::string bound;
   try {
-    options->devices = gloo_devices(env);
+    options->devices = gloo_devices(env, &bound);
+  } catch (const CommError&) {
+    throw;  // already names the master, the interfaces seen and GLOO_SOCKET_IFNAME
   } catch (const std::exception& e) {
     throw CommError(me + ": cannot open a Gloo device (master " + env.master_addr + ", GLOO_SOCKET_IFNAME='" +
                     env.gloo_socket_ifname + "'): " + e.what());
   }
+  // One line per node, so a multi-node job's log says where each host's traffic goes.
+  if (env.local_rank == 0 && env.world_size > 1)
+    std::cerr << "[dscpp] node " << env.cross_rank << " (" << me << "): Gloo bound to " << bound << std::endl;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   try {
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
@@ -56,8 +83,8 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     throw CommError(me + ": the start-up collective failed: " + std::string(e.what()) +
                     ". A peer rank probably died; see its log.");
   }
-  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features, "",
-                                            gloo_factory(options));
+  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features,
+                                            stream_prefix(env), gloo_factory(options));
 }
 
 #ifdef DSCPP_WITH_NCCL
@@ -74,7 +101,8 @@ std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10
   options->timeout = env.timeout;
   auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
   return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size,
-                                            BackendFeatures{true, true, true}, "", nccl_factory(options));
+                                            BackendFeatures{true, true, true}, stream_prefix(env),
+                                            nccl_factory(options));
 }
 #endif
 

@@ -62,7 +62,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
 
   c10d::TCPStoreOptions options;
   options.port = static_cast<std::uint16_t>(env.master_port);
-  options.isServer = env.rank == 0;
+  options.isServer = env.rank == 0 && !env.agent_store;  // torchrun's agent may already serve it
   options.waitWorkers = false;  // we count arrivals ourselves, to name the missing ranks
   options.timeout = env.timeout;
   if (compat::kStoreAdoptsListenSocket && options.isServer)
@@ -75,10 +75,16 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
     if (options.isServer)
       throw CommError(me + ": cannot host the rendezvous store on port " + std::to_string(env.master_port) +
                       " (MASTER_PORT): " + reason(e) + ". Is another job using the port?");
+    if (env.agent_store)
+      throw CommError(me + ": could not reach torchrun's agent store at " + where(env) + " within " +
+                      seconds(env.timeout) + ": " + reason(e) + " (TORCHELASTIC_USE_AGENT_STORE=True)");
     throw CommError(me + ": could not reach rank 0's rendezvous store at " + where(env) + " within " +
                     seconds(env.timeout) + ": " + reason(e) +
                     ". Is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?");
   }
+  // The agent's store outlives our attempts: each attempt's keys under their own prefix, as torch.distributed does.
+  if (env.agent_store)
+    store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
 
   std::vector<std::string> keys;
   for (int r = 0; r < env.world_size; ++r) keys.push_back(joined_key(r));

@@ -89,6 +89,25 @@ TEST(DistEnvTest, TorchrunErrorsNameTheVariable) {
             "DEEPSPEED_TIMEOUT='-1' is invalid: expected a positive number of minutes, e.g. 30 or 0.5");
 }
 
+// torchrun's static rendezvous serves the store itself and says so; the attempt number keys each restart apart.
+TEST(DistEnvTest, TorchrunAgentStore) {
+  const Env job = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29400"}};
+  EXPECT_FALSE(DistEnv::from_map(job).agent_store);
+  Env agent = job;
+  agent["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  agent["TORCHELASTIC_RESTART_COUNT"] = "2";
+  const auto e = DistEnv::from_map(agent);
+  EXPECT_TRUE(e.agent_store);
+  EXPECT_EQ(e.restart_count, 2);
+  agent["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // c10d rendezvous: rank 0 hosts the store, as in torch
+  EXPECT_FALSE(DistEnv::from_map(agent).agent_store);
+  agent["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  agent.erase("TORCHELASTIC_RESTART_COUNT");
+  EXPECT_EQ(error_of(agent), "TORCHELASTIC_RESTART_COUNT is not set but TORCHELASTIC_USE_AGENT_STORE=True");
+  agent["TORCHELASTIC_RESTART_COUNT"] = "-1";
+  EXPECT_EQ(error_of(agent), "TORCHELASTIC_RESTART_COUNT='-1' is invalid: expected an integer >= 0");
+}
+
 TEST(DistEnvTest, SlurmWithTasksPerNodeList) {
   // 3 nodes: 4, 4 and 3 tasks; this is task 9, the second on node 2.
   const auto e = DistEnv::from_map({{"SLURM_PROCID", "9"}, {"SLURM_NTASKS", "11"}, {"SLURM_LOCALID", "1"},

@@ -19,6 +19,12 @@ struct DistEnv {
   std::chrono::milliseconds timeout{30 * 60 * 1000};  // DEEPSPEED_TIMEOUT (minutes, fractions allowed), default 30
   std::string source = "default";      // "torchrun", "slurm", "openmpi" or "default" (single process)
   std::string gloo_socket_ifname;      // GLOO_SOCKET_IFNAME (comma-separated); empty: chosen from master_addr
+  // torchrun's agent already serves the store at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, as its
+  // static rendezvous says): every rank connects as a client, and the job's keys live under
+  // "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>/", so a job restarted by --max_restarts never reads the failed
+  // attempt's keys. The same rules as torch.distributed's.
+  bool agent_store = false;
+  int restart_count = 0;               // TORCHELASTIC_RESTART_COUNT, read when agent_store
 
   // Reads, in order of precedence: torchrun-style RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE|LOCAL_SIZE/
   // CROSS_RANK/CROSS_SIZE/MASTER_ADDR/MASTER_PORT; else SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID/...; else

@@ -18,8 +18,8 @@
 # multiple of it. PLAIN=0 skips it.
 # Memory: the demo's process is limited to MemAvailable + 2 GiB of address space (it maps ~2 GB it never touches:
 # libraries, thread stacks; measured VmPeak 23.1 GB against a peak RSS of 21.1 GB), so that outgrowing the machine ends in an error, not the OOM killer.
-# Expected time on a 2-core machine (defaults): ~25 min — initialize ~2.5, ~3.3 min a step (6 steps took 23.7 min
-# with initialize), the baseline ~4.
+# Expected time on a 2-core machine (defaults): ~27 min — gpt-train ~22 (initialize and 5 steps of 3.3–3.8 min took
+# 1296 s in bench/RESULTS.md's run), the plain baseline's probes and confirming run ~4.5 (26:09 in all there).
 #
 #   [LR=2e-6] [WARMUP=0] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
 set -euo pipefail

@@ -23,6 +23,17 @@ TEST(CpuPeak, AmdCountsTwo256BitFmaPipesEvenWithAvx512) {
   EXPECT_EQ(p.how, "AMD, 2 x 256-bit FMA: 32 fp32 FLOP/cycle x 2.10 GHz (nominal; turbo can exceed it) x 2 cores");
 }
 
+TEST(CpuPeak, AmdZen5CountsTwo512BitFmaPipes) {
+  const auto info = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\ncpu MHz\t\t: 2100.000\nflags\t\t: " +
+                    kAvx512Bf16 + "\n";
+  const auto p = cpu_peak_from_cpuinfo(info, 0, torch::kFloat32, 1);
+  EXPECT_EQ(p.flops_per_cycle, 64);
+  EXPECT_EQ(p.how, "AMD, 2 x 512-bit FMA: 64 fp32 FLOP/cycle x 2.10 GHz (nominal; turbo can exceed it) x 1 core");
+  const auto zen4 = cpu_peak_from_cpuinfo(info.substr(0, info.find("26")) + "25" + info.substr(info.find("26") + 2), 0,
+                                          torch::kFloat32, 1);
+  EXPECT_EQ(zen4.flops_per_cycle, 32);
+}
+
 TEST(CpuPeak, IntelWithAvx512CountsTwo512BitUnits) {
   const auto p = cpu_peak_from_cpuinfo(cpuinfo("GenuineIntel", "2000.0", kAvx2 + " avx512f"), 0, torch::kFloat32, 1);
   EXPECT_EQ(p.flops_per_cycle, 64);

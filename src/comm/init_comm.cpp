@@ -64,8 +64,8 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     throw CommError(me + ": cannot open a Gloo device (master " + env.master_addr + ", GLOO_SOCKET_IFNAME='" +
                     env.gloo_socket_ifname + "'): " + e.what());
   }
-  // One line per node, so a multi-node job's log says where each host's traffic goes.
-  if (env.local_rank == 0 && env.world_size > 1)
+  // One line per node of a job on several hosts, so its log says where each host's traffic goes (one host: loopback).
+  if (env.local_rank == 0 && env.cross_size > 1)
     std::cerr << "[dscpp] node " << env.cross_rank << " (" << me << "): Gloo bound to " << bound << std::endl;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> group;
   try {

@@ -37,6 +37,14 @@ inline std::vector<nlohmann::json> gpt_train_metrics(int world, const nlohmann::
   return rows;
 }
 
+// The "loss" of every row of a gpt-train --metrics file, in order.
+inline std::vector<double> losses_in(const std::filesystem::path& metrics) {
+  std::vector<double> out;
+  std::istringstream in(read_text(metrics));
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
+  return out;
+}
+
 // Per step: the loss within 1e-5 and the gradient norm within 1e-3 of itself. The norm is a sum over every gradient,
 // each computed in another order in a split layout (sums over heads, MLP width and vocabulary split in p; a tied
 // weight's halves summed apart); at loss spikes that moves it by up to 3e-4 of itself (measured: step 15 of the plain

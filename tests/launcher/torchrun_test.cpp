@@ -11,13 +11,14 @@
 #include <string>
 #include <vector>
 
-#include "../common/multiprocess.h"
+#include "../common/gpt_train_runs.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using dscpp::testing::CommandResult;
 using dscpp::testing::free_port;
+using dscpp::testing::losses_in;
 using dscpp::testing::read_text;
 using dscpp::testing::run_command;
 using dscpp::testing::run_ranks;
@@ -36,18 +37,11 @@ std::string gpt_train(const fs::path& metrics) {
          "--deepspeed_config " + config_file.string() + " --metrics " + metrics.string();
 }
 
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::istringstream in(read_text(metrics));
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
-}
-
 std::vector<double> by_hand(const fs::path& dir) {
   const auto metrics = dir / "by_hand.jsonl";
   const auto ranks = run_ranks(2, gpt_train(metrics), "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
   for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-  return losses(metrics);
+  return losses_in(metrics);
 }
 
 CommandResult torchrun(const std::string& flags, const std::string& env, const fs::path& metrics) {
@@ -71,7 +65,7 @@ TEST_F(Torchrun, StartsCppRanksThatEqualTheSameJobStartedByHand) {
   ASSERT_EQ(want.size(), 6u);
   const auto result = torchrun("", "", dir / "torchrun.jsonl");
   ASSERT_EQ(result.code, 0) << result.err;
-  EXPECT_EQ(losses(dir / "torchrun.jsonl"), want);
+  EXPECT_EQ(losses_in(dir / "torchrun.jsonl"), want);
 }
 
 // Rank 1 is killed before its third step in the first attempt; torchrun restarts both ranks, which meet again in
@@ -86,7 +80,7 @@ TEST_F(Torchrun, ARestartedJobRunsThroughToTheSameLosses) {
   size_t starts = 0;
   for (size_t at = 0; (at = result.err.find("ZeRO stage 2, world size 2", at)) != std::string::npos; ++at) ++starts;
   EXPECT_EQ(starts, 2u) << "expected a failed attempt and a restart:\n" << result.err;
-  EXPECT_EQ(losses(dir / "restarted.jsonl"), want);
+  EXPECT_EQ(losses_in(dir / "restarted.jsonl"), want);
 }
 
 }  // namespace

@@ -17,7 +17,7 @@
 #include <chrono>
 #include <thread>
 
-#include "../common/multiprocess.h"
+#include "../common/gpt_train_runs.h"
 #include "../common/sanitizer.h"
 #include "sshd.h"
 #include "two_hosts.h"
@@ -27,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using dscpp::testing::CommandResult;
 using dscpp::testing::free_port;
+using dscpp::testing::losses_in;
 using dscpp::testing::read_text;
 using dscpp::testing::run_command;
 using dscpp::testing::run_ranks;
@@ -54,13 +55,6 @@ std::string gpt_train_args(const Job& job, const fs::path& dir, const fs::path& 
   std::ofstream(dir / "ds.json") << config.dump();
   return "--no_progress --model tiny --seq_len 32 --steps 6 --deepspeed_config " + (dir / "ds.json").string() +
          " --metrics " + metrics.string();
-}
-
-std::vector<double> losses(const fs::path& metrics) {
-  std::vector<double> out;
-  std::istringstream in(read_text(metrics));
-  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line)["loss"].get<double>());
-  return out;
 }
 
 // Each host's launcher: exit code and what it printed (its ranks' output included).
@@ -104,7 +98,7 @@ TEST_P(MultiNode, TwoHostsWithoutGlooSocketIfnameEqualOneMachine) {
   const auto ranks = run_ranks(world, kGptTrain + " " + gpt_train_args(job, dir, one_machine),
                                "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
   for (int r = 0; r < world; ++r) ASSERT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-  const auto want = losses(one_machine);
+  const auto want = losses_in(one_machine);
   ASSERT_EQ(want.size(), 6u);
 
   TwoHosts hosts;
@@ -121,7 +115,7 @@ TEST_P(MultiNode, TwoHostsWithoutGlooSocketIfnameEqualOneMachine) {
   }
   const auto nodes = run_on_both(hosts, commands, dir);
   for (int h = 0; h < 2; ++h) ASSERT_EQ(nodes[h].code, 0) << "node " << h << ":\n" << nodes[h].err;
-  EXPECT_EQ(losses(metrics), want);
+  EXPECT_EQ(losses_in(metrics), want);
   // Each node says where its traffic goes: the master holds the address, the other host routes to it.
   EXPECT_NE(nodes[0].err.find("Gloo bound to " + hosts.link(0) + " " + hosts.address(0) + " (the interface holds "
                               "MASTER_ADDR"), std::string::npos) << nodes[0].err;
@@ -170,7 +164,7 @@ TEST_F(SshLauncher, ReachesTheOtherHostTrainsAndStopsWhenKilled) {
   const auto ranks = run_ranks(2, kGptTrain + " " + gpt_train_args(job, dir, one_machine),
                                "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
   for (int r = 0; r < 2; ++r) ASSERT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-  const auto want = losses(one_machine);
+  const auto want = losses_in(one_machine);
 
   TwoHosts hosts;
   const SshHosts ssh(hosts, dir);
@@ -194,7 +188,7 @@ TEST_F(SshLauncher, ReachesTheOtherHostTrainsAndStopsWhenKilled) {
   const auto trained = run_command("cd " + dir.string() + " && " + hosts.on(0, "timeout -s KILL 240 " +
                                                                                  launch(metrics, 6)));
   ASSERT_EQ(trained.code, 0) << trained.out << trained.err;
-  EXPECT_EQ(losses(metrics), want);
+  EXPECT_EQ(losses_in(metrics), want);
   EXPECT_EQ(leftovers(hosts, 0), std::vector<std::string>{});
   EXPECT_EQ(leftovers(hosts, 1), std::vector<std::string>{});
 

@@ -5,6 +5,7 @@
 //   bf16 movement    -> all_gather/broadcast reinterpret bf16 bits as fp16 (same width, no arithmetic, exact);
 //   reduce_scatter   -> all_reduce a copy of the input, copy this rank's chunk out in wait() (W× the traffic of a
 //                       ring reduce-scatter's share, still one collective);
+// The copies live in buffers from a StagingPool, reused call after call (a fresh one per call faults every page in).
 //   _allgather_base  -> allgather into world_size views of the flat output (Gloo copies into the views).
 #include "process_group_comm.h"
 
@@ -350,9 +351,13 @@ Handle ProcessGroupComm::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   options.reduceOp = to_c10d(op);
   const std::string what = describe("all_reduce", tensor);
   if (widen(tensor)) {
-    std::vector<at::Tensor> wide{tensor.to(torch::kFloat)};
+    std::vector<at::Tensor> wide{staging_->take(tensor.numel(), torch::kFloat, tensor.device())};
+    wide[0].copy_(tensor.reshape({-1}));
     return launch(what, [&] { return group_->allreduce(wide, options); },
-                  [tensor, wide = wide[0]]() mutable { tensor.copy_(wide); });
+                  [tensor, wide = wide[0], pool = staging_]() mutable {
+                    tensor.copy_(wide.view(tensor.sizes()));
+                    pool->give_back(wide);
+                  });
   }
   std::vector<at::Tensor> tensors{tensor};
   return launch(what, [&] { return group_->allreduce(tensors, options); });
@@ -378,19 +383,32 @@ Handle ProcessGroupComm::reduce_scatter(torch::Tensor& output, const torch::Tens
   if (features_.reduce_scatter) {
     c10d::ReduceScatterOptions options;
     options.reduceOp = to_c10d(op);
-    at::Tensor in = wide ? input.to(torch::kFloat).view({-1}) : input.view({-1});
-    at::Tensor out = wide ? torch::empty({n}, in.options()) : flat_out;
-    std::function<void()> finish;
-    if (wide) finish = [flat_out, out]() mutable { flat_out.copy_(out); };
-    return launch(what, [&] { return group_->_reduce_scatter_base(out, in, options); }, std::move(finish));
+    if (!wide) {
+      at::Tensor in = input.view({-1});
+      return launch(what, [&] { return group_->_reduce_scatter_base(flat_out, in, options); });
+    }
+    at::Tensor in = staging_->take(input.numel(), torch::kFloat, input.device());
+    in.copy_(input.reshape({-1}));
+    at::Tensor out = staging_->take(n, torch::kFloat, input.device());
+    return launch(what, [&] { return group_->_reduce_scatter_base(out, in, options); },
+                  [flat_out, in, out, pool = staging_]() mutable {
+                    flat_out.copy_(out);
+                    pool->give_back(in);
+                    pool->give_back(out);
+                  });
   }
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  // all_reduce works in place and `input` is the caller's: reduce a copy (an fp32 one when widening).
-  std::vector<at::Tensor> buffer{wide ? input.to(torch::kFloat).view({-1}) : input.reshape({-1}).clone()};
+  // all_reduce works in place and `input` is the caller's: reduce a copy (an fp32 one when widening), in a pooled
+  // buffer rather than a fresh one (see StagingPool).
+  std::vector<at::Tensor> buffer{staging_->take(input.numel(), wide ? torch::kFloat : input.scalar_type(), input.device())};
+  buffer[0].copy_(input.reshape({-1}));
   const int64_t offset = static_cast<int64_t>(rank_) * n;
   return launch(what, [&] { return group_->allreduce(buffer, options); },
-                [flat_out, full = buffer[0], offset, n]() mutable { flat_out.copy_(full.narrow(0, offset, n)); });
+                [flat_out, full = buffer[0], offset, n, pool = staging_]() mutable {
+                  flat_out.copy_(full.narrow(0, offset, n));
+                  pool->give_back(full);
+                });
 }
 
 Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& input) {

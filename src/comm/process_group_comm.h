@@ -12,6 +12,7 @@
 
 #include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
+#include "staging_pool.h"
 
 namespace dscpp {
 
@@ -86,6 +87,8 @@ class ProcessGroupComm final : public Comm {
   int64_t splits_ = 0;   // split() calls so far: names their groups' keys
   GroupFactory make_group_;
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
+  // The fallbacks' temporaries; shared with pending Handles, which give their buffers back in wait().
+  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
 };
 
 // Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_all.sh: every benchmark in sequence with its defaults, then bench/RESULTS.md — each one's output as it
 # printed it, how long it took against the time its header states, and the machine (CPU kind, SIMD, cores, memory,
-# disk), the date and the commit. Expected time on a 2-core machine: ~55 min (52 min in bench/RESULTS.md; scale_demo alone ~27).
+# disk), the date and the commit. Expected time on a 2-core machine: ~50 min (52 min in bench/RESULTS.md of 609c537; scale_demo alone ~23).
 #
 # Each benchmark runs under `timeout` (twice its stated time: a hang ends, the others still run) and with a limit on
 # each process's address space (prlimit --as), so that one that outgrows the machine fails with an error instead of
@@ -31,7 +31,7 @@ GiB=$((1 << 30))
 BENCHES=(
   "gpt_train_mfu|2|8|$BUILD/gpt-train --no_progress"  # README command 1's job: its last line is MFU, two ways
   "cpu_adam|1|8|$BUILD/bench/bench_cpu_adam"
-  "collectives|1|8|bench/collectives/run.sh $BUILD"
+  "collectives|2|8|bench/collectives/run.sh $BUILD"
   "checkpoint|2|8|bench/checkpoint/run.sh $BUILD"
   "nvme_swap|2|8|bench/nvme_swap/run.sh $BUILD"
   "engine_overhead|4|8|$BUILD/bench/bench_engine_overhead"
@@ -44,7 +44,7 @@ BENCHES=(
   "tensor_parallel|2|8|bench/tensor_parallel/run.sh $BUILD"
   "pipeline|4|8|bench/pipeline/run.sh $BUILD"
   "soak|3|8|bench/soak/run.sh $BUILD"
-  "scale_demo|27|0|bench/scale_demo/run.sh $BUILD"
+  "scale_demo|25|0|bench/scale_demo/run.sh $BUILD"
 )
 
 LOGS=$(mktemp -d)

@@ -4,7 +4,7 @@
 //   algbw = S / t, where S is the collective's full buffer: the tensor (all_reduce), the input (reduce_scatter),
 //           the output (all_gather), and t the slowest rank's time per call;
 //   busbw = algbw * 2(n-1)/n (all_reduce), algbw * (n-1)/n (reduce_scatter, all_gather).
-// Expected time on a 2-core machine with the defaults: ~30 s per process count.
+// Expected time on a 2-core machine with the defaults: ~1 min per process count.
 #include <CLI/CLI.hpp>
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -4,13 +4,15 @@
 # one process. The model is built partitioned (ZeRO-3's zero.Init: no whole copy ever exists), its 16-bit parameters
 # and its fp32 master + Adam state live in swap files under NVME_DIR (43 GB; removed at the end); RAM holds the fp32
 # gradient partition, the blocks being computed and the swap buffers. The batch is 8 × 32 tokens (one step's loss
-# over fewer tokens is too noisy to show a trend in a few steps) and the learning rate a constant 2e-6: Adam's first
-# steps move every weight by about lr in the sign of its gradient, and at this width (2816) with GPT-2's 0.02 init
-# that reshapes the residual stream at once — plain PyTorch and the engine alike (equal losses) jumped from 5.35 to
-# 21.1 in one step at 1e-4 on a 3-block cut, spiked at 1e-5, and fell smoothly at 3e-6 (3 blocks: 5.35 → 3.8–3.9 in
-# 7 steps; 8 blocks: 5.34 → 4.1 in 4); the 32-block one, deeper still, gets 2e-6. WARMUP=N adds DeepSpeed's WarmupLR
-# (linear from 0 over N steps). Prints per step the time split into compute and I/O wait, the bytes moved and the
-# loss, whether the loss fell, then peak RSS and the bytes on disk.
+# over fewer tokens is too noisy to show a trend in a few steps) and the learning rate warms up over the first 2
+# steps (DeepSpeed's WarmupLR, linear from 1e-6 to 2e-6: the first update is the one that jars) and then stays at 2e-6:
+# Adam's first steps move every weight by about lr in the sign of its gradient, and at this width (2816) with GPT-2's
+# 0.02 init that reshapes the residual stream at once — plain PyTorch and the engine alike (equal losses) jumped from
+# 5.35 to 21.1 in one step at 1e-4 on a 3-block cut, spiked at 1e-5, and fell smoothly at 3e-6 (3 blocks: 5.35 →
+# 3.8–3.9 in 7 steps; 8 blocks: 5.34 → 4.1 in 4); the 32-block one, deeper still, gets 2e-6 (at a constant 2e-6 its
+# loss went 5.42, 5.64, 4.12, 4.01, 3.81 in bench/RESULTS.md of 609c537). WARMUP=0 gives the constant rate; WARMUP=N
+# warms up from WARMUP_MIN_LR (default LR/2) over N steps. Prints per step the time split into compute and I/O wait,
+# the bytes moved and the loss, whether the loss fell, then peak RSS and the bytes on disk.
 # Then the baseline: the largest model of the same width that a plain PyTorch loop (bench/python_loop on the same
 # LibTorch, fp32 + AdamW one tensor at a time: the leanest plain loop) trains here without offload — by arithmetic:
 # the loop's peak RSS measured at 1 and 2 blocks gives the bytes one block costs, the depth that fits MemAvailable
@@ -18,19 +20,20 @@
 # multiple of it. PLAIN=0 skips it.
 # Memory: the demo's process is limited to MemAvailable + 2 GiB of address space (it maps ~2 GB it never touches:
 # libraries, thread stacks; measured VmPeak 23.1 GB against a peak RSS of 21.1 GB), so that outgrowing the machine ends in an error, not the OOM killer.
-# Expected time on a 2-core machine (defaults): ~27 min — gpt-train ~22 (initialize and 5 steps of 3.3–3.8 min took
-# 1296 s in bench/RESULTS.md's run), the plain baseline's probes and confirming run ~4.5 (26:09 in all there).
+# Expected time on a 2-core machine (defaults): ~23 min — gpt-train ~18 (initialize and 4 steps of 3.3–3.8 min; 5
+# steps took 1296 s in all in bench/RESULTS.md of 609c537), the plain baseline's probes and confirming run ~4.5.
 #
-#   [LR=2e-6] [WARMUP=0] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
+#   [LR=2e-6] [WARMUP=2] [WARMUP_MIN_LR=LR/2] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
 set -euo pipefail
 build=${1:-build}
 nvme_root=${2:-/tmp/dscpp_scale}
-steps=${3:-5}
+steps=${3:-4}
 n_layer=${4:-32}
 n_embd=${5:-2816}
 n_head=$((n_embd / 128))
 lr=${LR:-2e-6}
-warmup=${WARMUP:-0}
+warmup=${WARMUP:-2}
+warmup_min_lr=${WARMUP_MIN_LR:-$(awk -v lr="$lr" 'BEGIN { print lr / 2 }')}
 batch=${BATCH:-8}
 mkdir -p "$nvme_root"
 nvme=$(mktemp -d "$nvme_root/run.XXXXXX")
@@ -40,7 +43,7 @@ avail() { awk '/MemAvailable/ { printf "%.0f\n", $2 * 1024 }' /proc/meminfo; }
 config="$nvme/scale_config.json"
 scheduler=""
 [ "$warmup" -eq 0 ] || scheduler='
- "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0, "warmup_max_lr": '"$lr"',
+ "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": '"$warmup_min_lr"', "warmup_max_lr": '"$lr"',
    "warmup_num_steps": '"$warmup"', "warmup_type": "linear"}},'
 cat > "$config" <<JSON
 {"train_batch_size": $batch, "steps_per_print": 1, "bf16": {"enabled": true}, "gradient_clipping": 1.0,
@@ -54,7 +57,7 @@ JSON
 count() { echo $(( 256 * $2 + 1024 * $2 + $1 * (12 * $2 * $2 + 13 * $2) + 2 * $2 )); }
 params=$(count "$n_layer" "$n_embd")
 echo "scale_demo: $params parameters, swap files under $nvme ($(df -h --output=avail "$nvme" | tail -1 | tr -d ' ') free)," \
-  "batch $batch x 32 tokens, lr $lr (warmup steps: $warmup), $steps steps"
+  "batch $batch x 32 tokens, lr $lr (warmup: $warmup steps from $warmup_min_lr), $steps steps"
 start=$(date +%s)
 as_limit=$(( $(avail) + 2 * GiB ))
 OMP_NUM_THREADS=$(nproc) prlimit --as="$as_limit" -- "$build/gpt-train" --no_progress --model gpt2-xl \

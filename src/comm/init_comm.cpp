@@ -1,12 +1,15 @@
 // init_comm: rendezvous, then a Gloo (CPU) or NCCL (GPU) process group wrapped as a Comm. The Gloo device is chosen
 // so that a loopback master keeps all traffic on loopback; otherwise GLOO_SOCKET_IFNAME picks the NIC, or, unset, the
 // interface that reaches the master (gloo_interface.h).
+#include <unistd.h>
+
 #include <iostream>
 #include <sstream>
 
 #include "dscpp/comm/gloo_interface.h"
 #include "process_group_comm.h"
 #include "rendezvous.h"
+#include "startup_watch.h"
 
 namespace dscpp {
 namespace {
@@ -15,13 +18,16 @@ bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }
 
-// Gloo's devices for this rank. `bound` (if given) gets a line for the start-up log naming what was bound and why.
-std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistEnv& env, std::string* bound = nullptr) {
-  auto say = [&](const std::string& line) {
+// Gloo's devices for this rank. `bound` (if given) gets a line for the start-up log naming what was bound and why,
+// `address` the address bound to (GLOO_SOCKET_IFNAME: the interfaces' names).
+std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistEnv& env, std::string* bound = nullptr,
+                                                                     std::string* address = nullptr) {
+  auto say = [&](const std::string& line, const std::string& where) {
     if (bound != nullptr) *bound = line;
+    if (address != nullptr) *address = where;
   };
   if (is_loopback(env.master_addr)) {
-    say("loopback " + env.master_addr + " (the master is on this host)");
+    say("loopback " + env.master_addr + " (the master is on this host)", env.master_addr);
     return {c10d::ProcessGroupGloo::createDeviceForHostname(env.master_addr)};
   }
   if (!env.gloo_socket_ifname.empty()) {
@@ -29,13 +35,14 @@ std::vector<std::shared_ptr<::gloo::transport::Device>> gloo_devices(const DistE
     std::stringstream names(env.gloo_socket_ifname);
     for (std::string name; std::getline(names, name, ',');)
       if (!name.empty()) devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
-    say(env.gloo_socket_ifname + " (GLOO_SOCKET_IFNAME)");
+    say(env.gloo_socket_ifname + " (GLOO_SOCKET_IFNAME)", env.gloo_socket_ifname);
     return devices;
   }
   // Gloo's default device binds to what the hostname resolves to, often loopback: choose as NCCL does instead.
   const GlooBinding binding =
       choose_gloo_binding(gather_binding_inputs(env.master_addr, env.master_port, env.cross_size > 1));
-  say(binding.interface + " " + binding.address + " (" + binding.reason + "; MASTER_ADDR " + env.master_addr + ")");
+  say(binding.interface + " " + binding.address + " (" + binding.reason + "; MASTER_ADDR " + env.master_addr + ")",
+      binding.address);
   return {c10d::ProcessGroupGloo::createDeviceForHostname(binding.address)};
 }
 
@@ -52,17 +59,66 @@ GroupFactory gloo_factory(c10::intrusive_ptr<c10d::ProcessGroupGloo::Options> op
   };
 }
 
+std::string host_name() {
+  char name[256] = {};
+  return ::gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string("(unknown)");
+}
+
+// Gloo's connect error, with the one cause we can name: a peer that advertised loopback to a job across hosts.
+std::string connect_failure(const DistEnv& env, const std::string& gloo_error) {
+  if (env.cross_size > 1 && gloo_error.find("[127.") != std::string::npos) {
+    return gloo_error + ". A rank on another host advertised a loopback address: its Gloo is bound to loopback " +
+           "(GLOO_SOCKET_IFNAME=lo, or a hostname resolving to 127.x with Gloo's default device); on that host unset "
+           "GLOO_SOCKET_IFNAME (dscpp then binds the interface that reaches MASTER_ADDR) or name the right one";
+  }
+  return gloo_error + ". A peer rank may have failed during start-up; see its log";
+}
+
+// Every node's host, address and ranks, from each node's local rank 0 through the store (cross_size keys, read by
+// every rank): what a failed collective's error names (ProcessGroupComm::set_nodes).
+std::vector<JobNode> exchange_nodes(c10d::Store& store, const DistEnv& env, const std::string& address) {
+  const std::string prefix = "dscpp/node/";
+  if (env.local_rank == 0) {
+    const int first = env.rank;
+    const std::string text = host_name() + "\n" + address + "\n" + std::to_string(first) + "\n" +
+                             std::to_string(first + env.local_size - 1);
+    store.set(prefix + std::to_string(env.cross_rank), std::vector<uint8_t>(text.begin(), text.end()));
+  }
+  std::vector<JobNode> nodes;
+  for (int k = 0; k < env.cross_size; ++k) {
+    const auto bytes = store.get(prefix + std::to_string(k));
+    std::istringstream in(std::string(bytes.begin(), bytes.end()));
+    JobNode node;
+    node.index = k;
+    std::string first, last;
+    std::getline(in, node.host);
+    std::getline(in, node.address);
+    std::getline(in, first);
+    std::getline(in, last);
+    node.first_rank = std::stoi(first);
+    node.last_rank = std::stoi(last);
+    nodes.push_back(node);
+  }
+  return nodes;
+}
+
 std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
   const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
+  // From here until every rank is connected, a failure on one rank stops all of them (startup_watch.h).
+  StartupWatch watch(store, env, me + " on host " + host_name());
+  auto fail = [&](const std::string& why) -> CommError {
+    watch.report_failure(why);
+    return CommError(me + ": " + why);
+  };
   auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
-  std::string bound;
+  std::string bound, address;
   try {
-    options->devices = gloo_devices(env, &bound);
-  } catch (const CommError&) {
-    throw;  // already names the master, the interfaces seen and GLOO_SOCKET_IFNAME
+    options->devices = gloo_devices(env, &bound, &address);
+  } catch (const CommError& e) {
+    throw fail(e.what());  // already names the master, the interfaces seen and GLOO_SOCKET_IFNAME
   } catch (const std::exception& e) {
-    throw CommError(me + ": cannot open a Gloo device (master " + env.master_addr + ", GLOO_SOCKET_IFNAME='" +
-                    env.gloo_socket_ifname + "'): " + e.what());
+    throw fail("cannot open a Gloo device (master " + env.master_addr + ", GLOO_SOCKET_IFNAME='" +
+               env.gloo_socket_ifname + "'): " + e.what());
   }
   // One line per node of a job on several hosts, so its log says where each host's traffic goes (one host: loopback).
   if (env.local_rank == 0 && env.cross_size > 1)
@@ -72,19 +128,25 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, options);
   } catch (const std::exception& e) {
     const auto* c10 = dynamic_cast<const c10::Error*>(&e);
-    throw CommError(me + ": connecting the Gloo process group failed: " +
-                    (c10 ? c10->what_without_backtrace() : e.what()) +
-                    ". A peer rank probably died during start-up; see its log.");
+    throw fail("connecting the Gloo process group (bound to " + bound + ") failed: " +
+               connect_failure(env, c10 ? c10->what_without_backtrace() : e.what()));
   }
   BackendFeatures features;
   try {
     features = probe_features(*group, env.world_size);
   } catch (const std::exception& e) {
-    throw CommError(me + ": the start-up collective failed: " + std::string(e.what()) +
-                    ". A peer rank probably died; see its log.");
+    throw fail("the start-up collective failed: " + std::string(e.what()) + ". A peer rank probably died; see its log");
   }
-  return std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features,
-                                            stream_prefix(env), gloo_factory(options));
+  auto comm = std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features,
+                                                 stream_prefix(env), gloo_factory(options));
+  if (env.cross_size > 1) {
+    try {
+      comm->set_nodes(exchange_nodes(*store, env, address), env.cross_rank);
+    } catch (const std::exception& e) {
+      throw fail("exchanging the nodes' addresses through the store failed: " + std::string(e.what()));
+    }
+  }
+  return comm;
 }
 
 #ifdef DSCPP_WITH_NCCL

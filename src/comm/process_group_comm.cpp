@@ -149,6 +149,38 @@ bool ProcessGroupComm::widen(const torch::Tensor& t) const {
   return t.scalar_type() == torch::kBFloat16 && !features_.bf16;
 }
 
+namespace {
+
+std::string node_name(const JobNode& node) {
+  return "node " + std::to_string(node.index) + " (host " + node.host + ", " + node.address + "; rank" +
+         (node.first_rank == node.last_rank ? " " + std::to_string(node.first_rank)
+                                            : "s " + std::to_string(node.first_rank) + "-" +
+                                                  std::to_string(node.last_rank)) +
+         ")";
+}
+
+// The end of a failed collective's error: who was probably lost. Gloo names the peer's address when a connection
+// breaks ("[10.0.0.2]:4123"), not when a wait times out; then every other node is a suspect.
+std::string blame(const std::string& error, const std::vector<JobNode>* nodes, int mine) {
+  if (nodes == nullptr) return ". A peer rank probably died or is stuck; see its log.";
+  for (const auto& node : *nodes) {
+    if (node.index != mine && error.find("[" + node.address + "]") != std::string::npos)
+      return ". Lost " + node_name(node) + ": its ranks died or its host went away; see its log.";
+  }
+  std::string others;
+  for (const auto& node : *nodes)
+    if (node.index != mine) others += (others.empty() ? "" : ", ") + node_name(node);
+  return ". A rank on another host probably died, or a host's network went away; the job's other hosts: " + others +
+         ".";
+}
+
+}  // namespace
+
+void ProcessGroupComm::set_nodes(std::vector<JobNode> nodes, int mine) {
+  nodes_ = std::make_shared<const std::vector<JobNode>>(std::move(nodes));
+  my_node_ = mine;
+}
+
 Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std::function<void()> finish) {
   fault::kill_point("comm.collective");
   c10::intrusive_ptr<c10d::Work> work;
@@ -174,7 +206,8 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
       interrupt->changed.notify_all();
     });
   }
-  return Handle([work, future, interrupt = interrupt_, context, finish = std::move(finish)] {
+  return Handle([work, future, interrupt = interrupt_, context, finish = std::move(finish), nodes = nodes_,
+                 mine = my_node_] {
     if (future) {
       std::unique_lock<std::mutex> lock(interrupt->mutex);
       interrupt->changed.wait(lock, [&] { return future->completed() || interrupt->error; });
@@ -183,8 +216,8 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
     try {
       work->wait();
     } catch (const std::exception& e) {
-      throw CommError(context + " failed: " + reason(e) +
-                      ". A peer rank probably died or is stuck; see its log.");
+      const std::string why = reason(e);
+      throw CommError(context + " failed: " + why + blame(why, nodes.get(), mine));
     }
     if (finish) finish();
   });
@@ -228,9 +261,6 @@ std::shared_ptr<Comm> ProcessGroupComm::split(int color, int key) {
   return std::make_shared<ProcessGroupComm>(group, store, backend_, rank, size, features, name + "/", make_group_);
 }
 
-namespace {
-
-// The TCPStore under `store`'s PrefixStores, or null.
 c10d::TCPStore* tcp_store_under(c10d::Store* store) {
   while (store != nullptr) {
     if (auto* tcp = dynamic_cast<c10d::TCPStore*>(store)) return tcp;
@@ -240,6 +270,8 @@ c10d::TCPStore* tcp_store_under(c10d::Store* store) {
   }
   return nullptr;
 }
+
+namespace {
 
 // Keys "<name>/<index mod kSlots>/<from>/<to>": one copy of a record per reader, deleted by it once read.
 class StoreSideStream final : public SideStream {

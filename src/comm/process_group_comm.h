@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
@@ -22,6 +23,15 @@ struct BackendFeatures {
   bool bf16 = false;            // arithmetic on bfloat16 (else: reduce in an fp32 temporary, convert back in wait)
   bool reduce_scatter = false;  // _reduce_scatter_base (else: all_reduce a copy, keep this rank's chunk in wait)
   bool allgather_base = false;  // _allgather_base into one flat tensor (else: allgather into views of the output)
+};
+
+// One node of a job on several hosts, as a failed collective's error names it.
+struct JobNode {
+  int index = 0;         // the node's CROSS_RANK
+  std::string host;      // its hostname
+  std::string address;   // what its Gloo bound to: an address (or GLOO_SOCKET_IFNAME's interfaces)
+  int first_rank = 0;    // its ranks, first_rank..last_rank
+  int last_rank = 0;
 };
 
 // Makes a process group of `size` ranks over `store`, this one `rank` of them, with the backend and settings of the
@@ -56,6 +66,9 @@ class ProcessGroupComm final : public Comm {
   std::vector<int64_t> side_all_gather(const std::vector<int64_t>& values) override;
   // Over two connections of its own to the TCPStore under `store` (none when it is not a TCPStore).
   std::unique_ptr<SideStream> open_side_stream() override;
+  // A job on several hosts: its nodes, this rank's being `mine`. A failed collective's error then names the node it
+  // lost — the one whose address the backend's error holds, else the other nodes — instead of "a peer".
+  void set_nodes(std::vector<JobNode> nodes, int mine);
   void interrupt(std::exception_ptr error) override;
   std::shared_ptr<Comm> split(int color, int key) override;
 
@@ -87,9 +100,15 @@ class ProcessGroupComm final : public Comm {
   int64_t splits_ = 0;   // split() calls so far: names their groups' keys
   GroupFactory make_group_;
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
+  std::shared_ptr<const std::vector<JobNode>> nodes_;  // set_nodes; shared with pending Handles' error paths
+  int my_node_ = 0;
   // The fallbacks' temporaries; shared with pending Handles, which give their buffers back in wait().
   std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
 };
+
+// The TCPStore under `store` and any PrefixStores around it, or nullptr (a store of another kind): where side streams
+// and the start-up watch open connections of their own.
+c10d::TCPStore* tcp_store_under(c10d::Store* store);
 
 // Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks
 // (a min-reduction), so every rank takes the same code path. Collective: every rank calls it at the same point.

@@ -3,6 +3,7 @@
 // a timeout, which lets us ask afterwards who is missing.
 #include "rendezvous.h"
 
+#include <errno.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -56,6 +57,35 @@ int listen_on(const std::string& addr, int port) {
   return fd;
 }
 
+namespace {
+
+// Throws CommError unless `addr` resolves to an address of this host (a socket can bind to it).
+void require_local_address(const std::string& addr, const std::string& me) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(addr.c_str(), "0", &hints, &found) != 0 || found == nullptr)
+    throw CommError(me + ": cannot resolve MASTER_ADDR='" + addr + "' (rank 0 hosts the rendezvous store there)");
+  bool local = false;
+  for (const addrinfo* a = found; a != nullptr && !local; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    local = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0 || errno != EADDRNOTAVAIL;
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!local) {
+    char host[256] = {};
+    ::gethostname(host, sizeof(host) - 1);
+    throw CommError(me + ": MASTER_ADDR='" + addr + "' is not an address of this host (" + host +
+                    "), but rank 0 runs here and hosts the rendezvous store at MASTER_ADDR. Give every node the "
+                    "address of the node that runs rank 0 (--master_addr, or the first host of the hostfile)");
+  }
+}
+
+}  // namespace
+
 c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
   const auto deadline = std::chrono::steady_clock::now() + env.timeout;
@@ -65,6 +95,9 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   options.isServer = env.rank == 0 && !env.agent_store;  // torchrun's agent may already serve it
   options.waitWorkers = false;  // we count arrivals ourselves, to name the missing ranks
   options.timeout = env.timeout;
+  // Rank 0's store answers on every interface, but the others come to MASTER_ADDR: one this host lacks would leave them
+  // knocking until the timeout while rank 0 waits for them.
+  if (options.isServer) require_local_address(env.master_addr, me);
   if (compat::kStoreAdoptsListenSocket && options.isServer)
     compat::adopt_listen_socket(options, listen_on(env.master_addr, env.master_port));
 

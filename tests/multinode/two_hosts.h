@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <fstream>
 #include <optional>
 #include <string>
 
@@ -53,6 +54,19 @@ class TwoHosts {
   const std::string& name(int host) const { return ns_[host]; }  // the namespace
   // `command` as run on `host`.
   std::string on(int host, const std::string& command) const { return "ip netns exec " + ns_[host] + " " + command; }
+  // Gives host h the name "node<h>", resolving to its address on both hosts: an /etc/hosts per namespace, which
+  // `ip netns exec` mounts over /etc/hosts. on_named() runs a command under that name (a UTS namespace of its own).
+  // Tools that advertise their hostname (torchrun's agents) then reach each other.
+  void name_hosts() const {
+    for (int h = 0; h < 2; ++h) {
+      const std::string dir = "/etc/netns/" + ns_[h];
+      run_command("mkdir -p " + dir);
+      std::ofstream(dir + "/hosts") << "127.0.0.1 localhost\n" << address_[0] << " node0\n" << address_[1] << " node1\n";
+    }
+  }
+  std::string on_named(int host, const std::string& command) const {
+    return on(host, "unshare --uts sh -c \"hostname node" + std::to_string(host) + " && exec " + command + "\"");
+  }
   // Takes the link down on both ends, as a cable pulled out.
   void cut() const {
     for (int h = 0; h < 2; ++h) run_command(on(h, "ip link set " + link_[h] + " down"));
@@ -68,6 +82,7 @@ class TwoHosts {
       if (ns_[h].empty()) continue;
       run_command("ip netns pids " + ns_[h] + " 2>/dev/null | xargs -r kill -9");
       run_command("ip netns del " + ns_[h] + " 2>/dev/null");
+      run_command("rm -rf /etc/netns/" + ns_[h]);
     }
   }
 

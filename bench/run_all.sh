@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_all.sh: every benchmark in sequence with its defaults, then bench/RESULTS.md — each one's output as it
 # printed it, how long it took against the time its header states, and the machine (CPU kind, SIMD, cores, memory,
-# disk), the date and the commit. Expected time on a 2-core machine: ~50 min (52 min in bench/RESULTS.md of 609c537; scale_demo alone ~23).
+# disk), the date and the commit. Expected time on a 2-core machine: ~50 min (49:17 in bench/RESULTS.md of 555eae1; scale_demo alone ~24).
 #
 # Each benchmark runs under `timeout` (twice its stated time: a hang ends, the others still run) and with a limit on
 # each process's address space (prlimit --as), so that one that outgrows the machine fails with an error instead of

@@ -20,8 +20,8 @@
 # multiple of it. PLAIN=0 skips it.
 # Memory: the demo's process is limited to MemAvailable + 2 GiB of address space (it maps ~2 GB it never touches:
 # libraries, thread stacks; measured VmPeak 23.1 GB against a peak RSS of 21.1 GB), so that outgrowing the machine ends in an error, not the OOM killer.
-# Expected time on a 2-core machine (defaults): ~23 min — gpt-train ~18 (initialize and 4 steps of 3.3–3.8 min; 5
-# steps took 1296 s in all in bench/RESULTS.md of 609c537), the plain baseline's probes and confirming run ~4.5.
+# Expected time on a 2-core machine (defaults): ~24 min — gpt-train ~18.5 (initialize and 4 steps of 3.2–3.8 min: 1104
+# s in bench/RESULTS.md of 555eae1, 23:52 in all), the plain baseline's probes and confirming run ~5.
 #
 #   [LR=2e-6] [WARMUP=2] [WARMUP_MIN_LR=LR/2] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
 set -euo pipefail

@@ -24,9 +24,10 @@ class StagingPool {
 
   int64_t free_bytes() const;  // held for reuse, not lent out
 
-  // Free buffers kept at most: a step has at most a few collectives of one kind in flight (overlap_comm's buckets);
-  // beyond that the smallest is dropped.
-  static constexpr size_t kMaxFree = 4;
+  // Free buffers kept at most, beyond which the smallest is dropped: one bucket reducing while the next fills
+  // (overlap_comm). What is kept is host memory the model-state ledger does not count — up to twice the largest
+  // fallback input (bench/memory: 9–19 MB above the ledger for `small` at N > 1 while this was 4).
+  static constexpr size_t kMaxFree = 2;
 
  private:
   mutable std::mutex mutex_;

@@ -1,7 +1,8 @@
 // Multi-node jobs on two hosts made of network namespaces (two_hosts.h): each host runs its own `dscpp launch
 // --no_ssh --node_rank K` with no GLOO_SOCKET_IFNAME, as a user would start them. The hostname resolves to loopback
 // on both hosts, so Gloo must find the veth by the route to the master. Every job's per-step losses equal the same
-// world run on one machine.
+// world run on one machine. Then the ssh launcher, torchrun across the hosts, and failures across hosts (a start-up
+// failure, a master address no host has, ranks killed and the link cut mid-step): every launcher ends by itself.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

@@ -86,6 +86,10 @@ void require_local_address(const std::string& addr, const std::string& me) {
 
 }  // namespace
 
+std::string agent_attempt_prefix(const DistEnv& env) {
+  return "/worker/attempt_" + std::to_string(env.restart_count);
+}
+
 c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   const std::string me = "rank " + std::to_string(env.rank) + "/" + std::to_string(env.world_size);
   const auto deadline = std::chrono::steady_clock::now() + env.timeout;
@@ -117,7 +121,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   }
   // The agent's store outlives our attempts: each attempt's keys under their own prefix, as torch.distributed does.
   if (env.agent_store)
-    store = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), store);
+    store = c10::make_intrusive<c10d::PrefixStore>(agent_attempt_prefix(env), store);
 
   std::vector<std::string> keys;
   for (int r = 0; r < env.world_size; ++r) keys.push_back(joined_key(r));

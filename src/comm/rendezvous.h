@@ -11,6 +11,10 @@ namespace dscpp {
 // checked in. Throws CommError within env.timeout naming this rank, the address, and which ranks are missing.
 c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env);
 
+// The key prefix of one attempt's keys in torchrun's agent store ("/worker/attempt_<TORCHELASTIC_RESTART_COUNT>", as
+// torch.distributed uses): the agent's store outlives attempts, so a restart must not read a failed attempt's keys.
+std::string agent_attempt_prefix(const DistEnv& env);
+
 // A TCP socket listening on `addr`:`port` only (for stores that can adopt one); throws CommError naming both.
 int listen_on(const std::string& addr, int port);
 

@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "process_group_comm.h"
+#include "rendezvous.h"
 
 namespace dscpp {
 namespace {
@@ -38,7 +39,7 @@ StartupWatch::StartupWatch(const c10::intrusive_ptr<c10d::Store>& store, const D
   }
   // Under torchrun's agent store the keys live per attempt, as the rendezvous store's do (rendezvous.cpp).
   if (env.agent_store)
-    reader_ = c10::make_intrusive<c10d::PrefixStore>("/worker/attempt_" + std::to_string(env.restart_count), reader_);
+    reader_ = c10::make_intrusive<c10d::PrefixStore>(agent_attempt_prefix(env), reader_);
   thread_ = std::thread([this] { watch(); });
 }
 

@@ -33,6 +33,9 @@ class LoggedComm final : public Comm {
   Handle broadcast(torch::Tensor& tensor, int root) override {
     return timed("broadcast", tensor.nbytes(), [&] { return inner_->broadcast(tensor, root); });
   }
+  Handle all_to_all(torch::Tensor& output, const torch::Tensor& input) override {
+    return timed("all_to_all", input.nbytes(), [&] { return inner_->all_to_all(output, input); });
+  }
   Handle send(const torch::Tensor& tensor, int peer, int tag) override {
     return timed("send", tensor.nbytes(), [&] { return inner_->send(tensor, peer, tag); });
   }
@@ -77,7 +80,7 @@ class LoggedComm final : public Comm {
 double bus_factor(const std::string& op, int n) {
   if (n <= 1) return 0.0;
   if (op == "all_reduce") return 2.0 * (n - 1) / n;
-  if (op == "all_gather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
+  if (op == "all_gather" || op == "reduce_scatter" || op == "all_to_all") return static_cast<double>(n - 1) / n;
   if (op == "broadcast" || op == "send" || op == "recv") return 1.0;  // the message crosses one link
   return 0.0;
 }

@@ -479,6 +479,28 @@ Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& 
   });
 }
 
+Handle ProcessGroupComm::all_to_all(torch::Tensor& output, const torch::Tensor& input) {
+  check_dense("all_to_all", "output", output);
+  check_dense("all_to_all", "input", input);
+  check_same_dtype("all_to_all", output, input);
+  const int64_t n = input.numel();
+  if (output.numel() != n || n % world_size_ != 0)
+    throw std::invalid_argument("all_to_all: input has " + std::to_string(n) + " elements and output " +
+                                std::to_string(output.numel()) + "; both must be the same multiple of world_size (" +
+                                std::to_string(world_size_) + ")");
+  if (n == 0) return {};
+  if (world_size_ == 1) {
+    if (!output.is_same(input)) output.copy_(input.view_as(output));
+    return {};
+  }
+  // Tokens move, nothing is added: bf16 goes as fp16 bits where the backend lacks bf16. Empty split lists mean
+  // equal chunks.
+  at::Tensor in = movable(input, features_.bf16).view({-1});
+  at::Tensor out = movable(output, features_.bf16).view({-1});
+  std::vector<int64_t> equal;
+  return launch(describe("all_to_all", input), [&] { return group_->alltoall_base(out, in, equal, equal); });
+}
+
 void ProcessGroupComm::check_peer(const char* op, int peer) const {
   if (peer < 0 || peer >= world_size_ || peer == rank_) {
     throw std::invalid_argument(std::string(op) + ": peer " + std::to_string(peer) + " is not another rank in 0.." +

@@ -60,6 +60,7 @@ class ProcessGroupComm final : public Comm {
   Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op = ReduceOp::kSum) override;
   Handle all_gather(torch::Tensor& output, const torch::Tensor& input) override;
   Handle broadcast(torch::Tensor& tensor, int root) override;
+  Handle all_to_all(torch::Tensor& output, const torch::Tensor& input) override;
   void barrier() override;
   Handle send(const torch::Tensor& tensor, int peer, int tag = 0) override;
   Handle recv(torch::Tensor& tensor, int peer, int tag = 0) override;

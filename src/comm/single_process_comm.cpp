@@ -24,6 +24,10 @@ class SingleProcessComm final : public Comm {
   }
 
   Handle broadcast(torch::Tensor&, int) override { return {}; }
+  Handle all_to_all(torch::Tensor& output, const torch::Tensor& input) override {
+    if (!output.is_same(input)) output.copy_(input.view_as(output));
+    return {};
+  }
   void barrier() override {}
   // One rank has no peer to pair with.
   Handle send(const torch::Tensor&, int peer, int) override { no_peer("send", peer); }

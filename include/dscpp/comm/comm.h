@@ -83,6 +83,9 @@ class Comm {
   // `output` (world_size × input.numel()) receives every rank's `input`, rank-major.
   virtual Handle all_gather(torch::Tensor& output, const torch::Tensor& input) = 0;
   virtual Handle broadcast(torch::Tensor& tensor, int root) = 0;
+  // Expert parallelism's token exchange (MPI_Alltoall): `input` is world_size equal chunks, rank-major; chunk j goes
+  // to rank j, and chunk j of `output` (as large as `input`) receives rank j's chunk for this rank.
+  virtual Handle all_to_all(torch::Tensor& output, const torch::Tensor& input) = 0;
   virtual void barrier() = 0;
 
   // Point to point (pipeline parallelism): `tensor` to rank `peer` of this comm, and into `tensor` (its shape and

@@ -4,8 +4,9 @@
 //
 // Latency is from the call to the end of its wait(): what the caller waited for, overlap included. Bandwidths follow
 // NCCL's tests: algorithm bandwidth = message bytes / latency; bus bandwidth scales it by what each rank must move,
-// 2(n-1)/n for all_reduce, (n-1)/n for all_gather and reduce_scatter, 1 for broadcast, so it compares with the link.
-// The message of all_gather is its output, of reduce_scatter its input: the whole buffer in both.
+// 2(n-1)/n for all_reduce, (n-1)/n for all_gather, reduce_scatter and all_to_all, 1 for broadcast, so it compares
+// with the link.
+// The message of all_gather is its output, of reduce_scatter and all_to_all their input: the whole buffer in all.
 #pragma once
 
 #include <cstdint>

@@ -89,6 +89,14 @@ struct Args {
   std::optional<int> pipeline_parallel;  // fills pipeline.stages
   std::optional<std::string> partition;  // fills pipeline.partition
   std::optional<double> peak_tflops;  // per rank; default: measured
+  // Mixture of Experts (GptConfig::moe_experts; 0: dense) and its expert parallelism.
+  int64_t moe_experts = 0;
+  int moe_top_k = 1;
+  int ep_size = 1;
+  double moe_loss_coeff = 0.01;
+  bool moe_use_residual = false;
+  std::string moe_noisy_gate_policy = "None";
+  dscpp::moe::GateOptions moe_gate;  // capacity, dropping, RTS, 2nd-expert sampling (k: moe_top_k)
   gpt::AutoFlags autos;  // the HF-style flags that fill "auto" (shared with `dscpp plan`)
 };
 
@@ -152,6 +160,20 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--zero_init", a.zero_init,
                  "ZeRO-3: build the model partitioned, one block at a time (DeepSpeed's zero.Init; default 1); 0 "
                  "builds it whole on every rank first");
+  app.add_option("--moe_experts", a.moe_experts,
+                 "MoE: experts in place of the MLP in every other block (DeepSpeed-MoE's GPT); 0: dense");
+  app.add_option("--moe_top_k", a.moe_top_k, "MoE: experts per token, 1 or 2");
+  app.add_option("--ep_size", a.ep_size, "MoE: ranks the experts are spread over (divides the data-parallel size)");
+  app.add_option("--moe_loss_coeff", a.moe_loss_coeff, "MoE: weight of the gates' load-balancing loss (0.01)");
+  app.add_option("--moe_capacity_factor", a.moe_gate.capacity_factor, "MoE: tokens an expert takes, × its fair share");
+  app.add_option("--moe_eval_capacity_factor", a.moe_gate.eval_capacity_factor, "MoE: the same, evaluating");
+  app.add_option("--moe_min_capacity", a.moe_gate.min_capacity, "MoE: an expert's capacity at least (4)");
+  app.add_option("--moe_drop_tokens", a.moe_gate.drop_tokens, "MoE: true|false: drop tokens over capacity (true)");
+  app.add_option("--moe_use_rts", a.moe_gate.use_rts, "MoE: true|false: random token selection (true)");
+  app.add_option("--moe_use_residual", a.moe_use_residual, "MoE: true|false: Residual-MoE (false)");
+  app.add_option("--moe_top2_2nd_expert_sampling", a.moe_gate.top2_2nd_expert_sampling,
+                 "MoE: true|false: Gumbel noise on the second choice (true)");
+  app.add_option("--moe_noisy_gate_policy", a.moe_noisy_gate_policy, "MoE: None, Jitter or RSample (None)");
   gpt::add_auto_flags(app, a.autos);
 }
 
@@ -269,8 +291,41 @@ gpt::GptConfig model_config(const Args& a, int64_t vocab_size) {
   if (a.n_head) c.n_head = *a.n_head;
   if (!a.init_from.empty()) apply_hf_config(a, vocab_size, c);
   c.dropout = a.dropout;
+  c.moe_experts = a.moe_experts;
+  c.moe_top_k = a.moe_top_k;
+  c.moe_use_residual = a.moe_use_residual;
   c.validate();
   return c;
+}
+
+// The MoE blocks' routing from the --moe_* flags, checked; the groups are added once the comm exists. What MoE does
+// not combine with yet is refused by name.
+gpt::MoeSettings moe_settings(const Args& a, int tp, int pp) {
+  gpt::MoeSettings moe;
+  if (a.moe_experts == 0) {
+    if (a.ep_size != 1) throw std::invalid_argument("--ep_size " + std::to_string(a.ep_size) + " needs --moe_experts");
+    return moe;
+  }
+  if (tp > 1 || pp > 1) {
+    throw std::invalid_argument("--moe_experts with " + std::string(tp > 1 ? "tensor" : "pipeline") +
+                                " parallelism is not supported yet");
+  }
+  if (a.activation_checkpointing) {
+    throw std::invalid_argument("--moe_experts with --activation_checkpointing is not supported yet: the recomputed "
+                                "forward would not carry the gates' load-balancing loss back");
+  }
+  if (a.ep_size < 1) throw std::invalid_argument("--ep_size must be >= 1, got " + std::to_string(a.ep_size));
+  if (a.moe_experts % a.ep_size != 0) {
+    throw std::invalid_argument("--moe_experts " + std::to_string(a.moe_experts) + " is not divisible by --ep_size " +
+                                std::to_string(a.ep_size));
+  }
+  moe.gate = a.moe_gate;
+  moe.gate.k = a.moe_top_k;
+  moe.gate.noisy_gate_policy = dscpp::moe::parse_noisy_gate_policy(a.moe_noisy_gate_policy);
+  moe.gate.validate();
+  moe.ep_size = a.ep_size;
+  moe.loss_coeff = a.moe_loss_coeff;
+  return moe;
 }
 
 // --init_from: every parameter from HF GPT-2 weights. A file holding parameters this model lacks (another depth)
@@ -339,6 +394,7 @@ int run(const Args& a) {
   }
   const int dp = topology.data(), dp_rank = groups ? groups->data->rank() : rank;
   const auto config = load_config(a, dp, model_cfg.n_embd, device, rank);
+  const auto moe = moe_settings(a, tp, pp);
 
   // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
   // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
@@ -347,6 +403,15 @@ int run(const Args& a) {
     init.comm = groups->data;
     init.model_parallel_group = groups->model;
     init.world_group = groups->world;
+  }
+  // Expert parallelism: the expert-parallel group carries the tokens (the model's), the expert-data-parallel group
+  // averages the experts' gradients (the engine's); both are cut from the data-parallel group.
+  gpt::MoeSettings moe_parallel = moe;
+  if (moe.ep_size > 1) {
+    if (!init.comm) init.comm = dscpp::init_comm(env, dscpp::comm_backend_for(device, env.local_size));
+    const auto experts = dscpp::moe::make_expert_groups(init.comm, moe.ep_size);
+    moe_parallel.ep_group = experts.expert_parallel;
+    init.expert_data_parallel_group = experts.expert_data_parallel;
   }
   if (!config.optimizer) {
     init.client_optimizer = hf_trainer_adamw(a);
@@ -357,14 +422,15 @@ int run(const Args& a) {
     }
   }
   gpt::GptImpl::BlockBuilt block_built;
-  if (config.zero.stage == 3 && a.zero_init && pp == 1) {  // a pipeline refuses ZeRO-3 (PipelineEngine says why)
+  // A pipeline refuses ZeRO-3 (PipelineEngine says why), and so does the engine with expert parallelism.
+  if (config.zero.stage == 3 && a.zero_init && pp == 1 && moe.ep_size == 1) {
     init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, init.comm, device);  // shards on `device`
     block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
       zero_init->partition(block);
     };
   }
   torch::manual_seed(a.seed);
-  auto model = gpt::Gpt(model_cfg, block_built, groups ? groups->model : nullptr);
+  auto model = gpt::Gpt(model_cfg, block_built, groups ? groups->model : nullptr, moe_parallel);
   init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
@@ -509,6 +575,7 @@ int run(const Args& a) {
                       {"peak_rss_bytes", dscpp::peak_resident_bytes()},
                       {"open_fds", dscpp::open_file_descriptors()}, {"swap_file_bytes", swap_file_bytes(config)},
                       {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
+                      {"moe_all_to_all_s", model->moe_all_to_all_seconds()},
                       {"param_swap", swap_json(timers.param_swap)},
                       {"optimizer_swap", swap_json(engine->optimizer_swap())},
                       {"wall_clock_s", times_json(r.times)},

@@ -20,6 +20,7 @@
 #include "dscpp/engine/device.h"
 #include "dscpp/engine/host_malloc.h"
 #include "dscpp/fault/kill_point.h"
+#include "dscpp/moe/moe_layer.h"
 #include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/monitor/step_log.h"
 #include "dscpp/optim/cpu_adam.h"
@@ -121,6 +122,10 @@ Engine::Engine(std::shared_ptr<torch::nn::Module> model, Config config, InitOpti
   }
   options.gather_units.clear();
   options.partitioned.reset();
+  if (options.expert_params.empty()) {
+    for (auto& name : moe::expert_parameter_names(*module_)) options.expert_params.insert(std::move(name));
+  }
+  model_expert_parallel_ = moe::expert_parallel_size(*module_);
   build(std::move(tensors), std::move(options), std::move(prepartitioned));
 }
 
@@ -221,15 +226,32 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   set_param_offload(config_, comm_->rank(), context);
   set_gradient_averaging(config_, comm_->world_size(), context);
   if (config_.zero.stage == 3) {
+    const auto& experts = options.expert_data_parallel_group;
+    const int ep = experts ? comm_->world_size() / std::max(1, experts->world_size()) : model_expert_parallel_;
+    if (ep > 1) {
+      throw std::invalid_argument("ZeRO stage 3 with expert parallelism (ep_size " + std::to_string(ep) +
+                                  ") is not supported: stage 3 gathers every parameter over the data-parallel group, "
+                                  "whose ranks hold different experts; use ZeRO stage 0, 1 or 2");
+    }
     // Stage 3 partitions the parameters group by group: no whole-model buffer exists on any rank.
     PartitionedModel partitioned{params, names, std::move(model.units), std::move(prepartitioned)};
     stage_ = make_stage3(context, std::move(partitioned), config_.zero);
   } else {
     // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
-    flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype_, config_.zero.reduce_bucket_size);
+    const auto experts = expert_flags(options, names);
+    flat_ = std::make_unique<FlatParams>(params, names, comm_->world_size(), dtype_, config_.zero.reduce_bucket_size,
+                                         experts, expert_parallel_);
+    if (expert_parallel_ > 1) context.expert_comm = options.expert_data_parallel_group;
     // Every rank starts from rank 0's weights, whatever each process initialised; the stage copies its master from
-    // them.
-    comm_->broadcast(flat_->params(), 0).wait();
+    // them. Experts differ between expert-parallel ranks: each comes from the first rank that holds it.
+    if (expert_parallel_ == 1) {
+      comm_->broadcast(flat_->params(), 0).wait();
+    } else {
+      for (const auto& g : flat_->layout().groups()) {
+        auto values = flat_->params().narrow(0, g.offset, g.numel);
+        context.comm_for(g).broadcast(values, 0).wait();
+      }
+    }
     context.flat = flat_.get();
     stage_ = make_zero_stage(config_.zero, context);
   }
@@ -458,11 +480,47 @@ void Engine::check_checkpointable(const std::string& what) const {
   }
 }
 
+std::vector<bool> Engine::expert_flags(const InitOptions& options, const std::vector<std::string>& names) {
+  const auto& group = options.expert_data_parallel_group;
+  const int data = comm_->world_size();
+  if (group && (group->world_size() < 1 || data % group->world_size() != 0)) {
+    throw std::invalid_argument("InitOptions::expert_data_parallel_group has " + std::to_string(group->world_size()) +
+                                " ranks, which does not divide the data-parallel size " + std::to_string(data));
+  }
+  expert_parallel_ = group ? data / group->world_size() : 1;
+  if (model_expert_parallel_ > 1 && model_expert_parallel_ != expert_parallel_) {
+    throw std::invalid_argument("the model's MoE layers spread their experts over ep_size " +
+                                std::to_string(model_expert_parallel_) + " ranks but the engine was given " +
+                                (group ? "an expert-data-parallel group for ep_size " + std::to_string(expert_parallel_)
+                                       : std::string("no expert-data-parallel group")) +
+                                ": pass InitOptions::expert_data_parallel_group from moe::make_expert_groups(comm, " +
+                                std::to_string(model_expert_parallel_) + ")");
+  }
+  if (expert_parallel_ == 1) return {};
+  if (options.expert_params.empty()) {
+    throw std::invalid_argument("InitOptions::expert_data_parallel_group is given (ep_size " +
+                                std::to_string(expert_parallel_) + ") but no parameter is an expert: name them in "
+                                "InitOptions::expert_params (moe::expert_parameter_names)");
+  }
+  std::set<std::string> unknown = options.expert_params;
+  std::vector<bool> flags;
+  for (const auto& name : names) flags.push_back(unknown.erase(name) > 0);
+  if (!unknown.empty()) {
+    throw std::invalid_argument("InitOptions::expert_params names '" + *unknown.begin() +
+                                "', which is not a trainable parameter of this model");
+  }
+  return flags;
+}
+
 void Engine::check_not_model_parallel(const std::string& what) const {
   if (model_group_) {
     throw std::logic_error(what + ": not supported yet for a tensor-parallel run (model-parallel group of " +
                            std::to_string(model_group_->world_size()) +
                            " ranks): each rank holds slices that would be written or read as whole parameters");
+  }
+  if (expert_parallel_ > 1) {
+    throw std::logic_error(what + ": not supported yet with expert parallelism (ep_size " +
+                           std::to_string(expert_parallel_) + "): each rank holds only its own experts");
   }
   if (pipe_group_) {
     throw std::logic_error(what + ": not supported yet for a pipeline-parallel run (" +

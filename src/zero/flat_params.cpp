@@ -6,19 +6,26 @@
 namespace dscpp {
 namespace {
 
-std::vector<FlatLayout::Param> describe(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names) {
+std::vector<FlatLayout::Param> describe(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+                                        const std::vector<bool>& expert) {
   if (params.size() != names.size()) throw std::invalid_argument("FlatParams: params and names differ in length");
+  if (!expert.empty() && expert.size() != params.size()) {
+    throw std::invalid_argument("FlatParams: the expert flags and the params differ in length");
+  }
   std::vector<FlatLayout::Param> out;
   out.reserve(params.size());
-  for (size_t i = 0; i < params.size(); ++i) out.push_back({names[i], params[i].sizes().vec()});
+  for (size_t i = 0; i < params.size(); ++i) {
+    out.push_back({names[i], params[i].sizes().vec(), /*starts_group=*/false, !expert.empty() && expert[i]});
+  }
   return out;
 }
 
 }  // namespace
 
 FlatParams::FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-                       torch::ScalarType dtype, int64_t group_numel)
-    : layout_(describe(params, names), world_size, group_numel), params_(std::move(params)) {
+                       torch::ScalarType dtype, int64_t group_numel, const std::vector<bool>& expert,
+                       int expert_parallel)
+    : layout_(describe(params, names, expert), world_size, group_numel, expert_parallel), params_(std::move(params)) {
   if (params_.empty()) throw std::invalid_argument("FlatParams: the model has no trainable parameters");
   const auto device = params_.front().device();
   params_flat_ = torch::zeros({layout_.padded_numel()}, torch::TensorOptions().dtype(dtype).device(device));

@@ -39,12 +39,13 @@ Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) 
   if (ctx_.grad_pre_divide != 1.0) input.div_(ctx_.grad_pre_divide);
   torch::Tensor shard;
   Handle pending;
+  auto& comm = ctx_.comm_for(g);
   if (ctx_.reduce_scatter) {
     shard = torch::empty({g.shard_numel}, input.options());
-    pending = ctx_.comm->reduce_scatter(shard, input, ReduceOp::kSum);
+    pending = comm.reduce_scatter(shard, input, ReduceOp::kSum);
   } else {
-    pending = ctx_.comm->all_reduce(input, ReduceOp::kSum);
-    shard = input.narrow(0, static_cast<int64_t>(ctx_.comm->rank()) * g.shard_numel, g.shard_numel);
+    pending = comm.all_reduce(input, ReduceOp::kSum);
+    shard = input.narrow(0, static_cast<int64_t>(comm.rank()) * g.shard_numel, g.shard_numel);
   }
   const double post = ctx_.grad_post_scale;
   auto target = grad_shard_.narrow(0, g.partition_offset, g.shard_numel);
@@ -69,13 +70,13 @@ int64_t ShardedMaster::master_grad_bytes() const {
   return master_grads_.defined() && !master_grads_.is_same(grad_shard_) ? master_grads_.nbytes() : 0;
 }
 
-void ShardedMaster::gather_group(InFlight& in_flight, const torch::Tensor& input, torch::Tensor output) {
-  const int64_t world = ctx_.comm->world_size();
+void ShardedMaster::gather_group(InFlight& in_flight, Comm& comm, const torch::Tensor& input, torch::Tensor output) {
+  const int64_t world = comm.world_size();
   const int64_t shard = input.numel();
   // As DeepSpeed's bucketed all-gather, pieces of each shard, here sized so that no collective gathers more than
   // allgather_bucket_size elements.
   if (shard * world <= ctx_.allgather_bucket_numel) {
-    in_flight.push(ctx_.comm->all_gather(output, input), {input});
+    in_flight.push(comm.all_gather(output, input), {input});
     return;
   }
   // A piece of every rank's shard gathers into a (world, piece) scratch, then into its columns of the output's
@@ -86,7 +87,7 @@ void ShardedMaster::gather_group(InFlight& in_flight, const torch::Tensor& input
     const int64_t length = std::min(piece, shard - begin);
     auto part = input.narrow(0, begin, length);
     auto gathered = torch::empty({world * length}, output.options());
-    Handle pending = ctx_.comm->all_gather(gathered, part);
+    Handle pending = comm.all_gather(gathered, part);
     auto columns = rows.narrow(1, begin, length);
     in_flight.push(Handle([pending, gathered, columns, world, length]() mutable {
                      pending.wait();
@@ -100,7 +101,7 @@ void ShardedMaster::publish(FlatParams& flat) {
   InFlight in_flight(kMaxCollectivesInFlight);
   for (const auto& g : layout_.groups()) {
     auto input = master_.narrow(0, g.partition_offset, g.shard_numel).to(flat.dtype());
-    gather_group(in_flight, input, flat.params().narrow(0, g.offset, g.numel));
+    gather_group(in_flight, ctx_.comm_for(g), input, flat.params().narrow(0, g.offset, g.numel));
   }
   in_flight.drain();
 }
@@ -118,7 +119,7 @@ void ShardedMaster::publish_range(FlatParams& flat, int64_t begin, const torch::
     const auto& g = groups[next_publish_group_];
     if (g.partition_offset + g.shard_numel > done) break;
     auto input = publish_buffer_.narrow(0, g.partition_offset, g.shard_numel);
-    gather_group(*publishing_, input, flat.params().narrow(0, g.offset, g.numel));
+    gather_group(*publishing_, ctx_.comm_for(g), input, flat.params().narrow(0, g.offset, g.numel));
     ++next_publish_group_;
   }
 }

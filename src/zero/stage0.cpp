@@ -28,13 +28,15 @@ class Stage0 final : public ZeroStage {
       const auto comm_dtype = ctx_.comm_dtype.value_or(grads.scalar_type());
       InFlight in_flight(kMaxCollectivesInFlight);
       for (const auto& g : flat_.layout().groups()) {
+        auto& comm = ctx_.comm_for(g);
+        if (comm.world_size() == 1) continue;
         auto chunk = grads.narrow(0, g.offset, g.numel);
         if (comm_dtype == chunk.scalar_type()) {
-          in_flight.push(ctx_.comm->all_reduce(chunk, ReduceOp::kSum), {chunk});
+          in_flight.push(comm.all_reduce(chunk, ReduceOp::kSum), {chunk});
         } else {
           // Reduce a copy in the communication dtype, then bring the sum back into the gradient buffer.
           auto wire = chunk.to(comm_dtype);
-          Handle reduce = ctx_.comm->all_reduce(wire, ReduceOp::kSum);
+          Handle reduce = comm.all_reduce(wire, ReduceOp::kSum);
           in_flight.push(Handle([reduce, wire, chunk]() mutable {
                            reduce.wait();
                            chunk.copy_(wire);

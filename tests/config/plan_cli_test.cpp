@@ -156,6 +156,27 @@ TEST(PlanCli, TensorParallelShowsTheGridAndTheSlicesPerRank) {
   EXPECT_NE(r.out.find("model-state memory per rank (Adam, 431104 params"), std::string::npos) << r.out;
 }
 
+// gpt-train's MoE blocks (small: blocks 1, 3, 5 with 8 experts of 525,568 parameters each, a gate of 8 × 256 in place
+// of the MLP): 15,913,216 parameters, 12,613,632 of them experts; ep 2 over 4 ranks holds half of the experts.
+TEST(PlanCli, MoEShowsTheExpertsEachRankHoldsAndTheGroups) {
+  const std::string path = write_config("moe.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                      {"zero_optimization", {{"stage", 1}}}});
+  const PlanRun r = plan(path + " --model small --moe_experts 8 --ep_size 2 --world_size 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("model: gpt-train --model small: 15913216 params"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("moe: 8 experts in each of 3 MoE blocks (1, 3, …), 4 per rank"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("expert-parallel groups [0,1], [2,3], expert-data-parallel groups [0,2], [1,3]"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("per rank: 9606400 params, of which 6306816 are experts (12613632 in all)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("model-state memory per rank (Adam, 9606400 params"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("refused with expert parallelism (ep_size 2)"), std::string::npos) << r.out;
+  const PlanRun odd = plan(path + " --model small --moe_experts 8 --ep_size 3 --world_size 3");
+  EXPECT_NE(odd.err.find("--moe_experts 8 is not divisible by --ep_size 3"), std::string::npos) << odd.err;
+  const PlanRun wide = plan(path + " --model small --moe_experts 8 --ep_size 4 --world_size 2");
+  EXPECT_NE(wide.err.find("MoE ep_size 4 must divide the data-parallel size 2"), std::string::npos) << wide.err;
+}
+
 // pipeline.stages: the grid (pipe slowest), the bubble of 1F1B over the config's micro-batches, the stages as
 // PipelineEngine partitions tiny's layers by parameters (embedding 49,152 + two blocks of 198,272 | two blocks + the
 // head with its copy of the tied embedding, 33,024), and the memory table for the larger stage.

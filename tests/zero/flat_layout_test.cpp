@@ -47,6 +47,38 @@ TEST(FlatLayout, PadsEachGroupToAMultipleOfTheWorldSize) {
   EXPECT_THROW(layout.shard_offset(0, 3), std::out_of_range);
 }
 
+// MoE: experts form groups of their own, sharded over the world_size / P ranks that hold the same experts; data-parallel
+// rank r holds shard r / P of them.
+TEST(FlatLayout, ExpertGroupsAreShardedOverTheExpertDataParallelRanks) {
+  auto p = params({10, 6, 6, 4});
+  p[1].expert = p[2].expert = true;
+  FlatLayout layout(p, /*world_size=*/4, /*group_numel=*/100, /*expert_parallel=*/2);
+  ASSERT_EQ(layout.groups().size(), 3u);  // [p0] | [p1, p2] (experts) | [p3]
+  const auto& experts = layout.groups()[1];
+  EXPECT_TRUE(experts.expert);
+  EXPECT_FALSE(layout.groups()[0].expert);
+  EXPECT_EQ(experts.shards, 2);
+  EXPECT_EQ(experts.numel, 12);
+  EXPECT_EQ(experts.shard_numel, 6);
+  EXPECT_EQ(layout.groups()[0].shard_numel, 3);  // 10 padded to 12 over 4 ranks
+  EXPECT_EQ(layout.partition_numel(), 3 + 6 + 1);
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(layout.shard_index(1, r), r / 2) << r;
+  EXPECT_EQ(layout.shard_offset(1, 3), 12 + 6);
+  // Ranks 0 and 1 hold the first expert parameter whole, ranks 2 and 3 the second.
+  for (int r = 0; r < 4; ++r) {
+    int found = 0;
+    for (const auto& f : layout.shard_fragments(r)) {
+      if (f.slot == 1 || f.slot == 2) {
+        EXPECT_EQ(f.slot, r < 2 ? 1 : 2) << r;
+        EXPECT_EQ(f.numel, 6);
+        ++found;
+      }
+    }
+    EXPECT_EQ(found, 1) << r;
+  }
+  EXPECT_THROW(FlatLayout(p, 4, 100, 3), std::invalid_argument);  // P must divide the world
+}
+
 TEST(FlatLayout, RejectsBadArguments) {
   EXPECT_THROW(FlatLayout(params({1}), 0, 10), std::invalid_argument);
   EXPECT_THROW(FlatLayout(params({1}), 1, 0), std::invalid_argument);

@@ -20,6 +20,7 @@
 #include "dscpp/pipe/partition.h"
 #include "dscpp/pipe/schedule.h"
 #include "dscpp/schedule/lr_schedule.h"
+#include "dscpp/moe/expert_groups.h"
 #include "dscpp/zero/memory_estimate.h"
 #include "model/gpt_config.h"
 
@@ -58,7 +59,17 @@ ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
   return options;
 }
 
-void print_memory_table(const Config& config, int64_t num_params, int world_size, std::ostream& out) {
+ModelStateBytes& operator+=(ModelStateBytes& a, const ModelStateBytes& b) {
+  a.params += b.params, a.grads += b.grads, a.master32 += b.master32, a.optimizer_state += b.optimizer_state;
+  a.device += b.device, a.host += b.host, a.nvme += b.nvme, a.total += b.total;
+  return a;
+}
+
+// `num_params` a rank holds, of which `expert_params` are experts spread over ep_size ranks: those are partitioned
+// over the world_size / ep_size ranks that hold the same experts (the expert-data-parallel group), the rest over
+// world_size. ZeRO-3 refuses expert parallelism.
+void print_memory_table(const Config& config, int64_t num_params, int world_size, std::ostream& out,
+                        int64_t expert_params = 0, int ep_size = 1) {
   const DType dtype = config.compute_dtype();
   const OffloadDevice offload_kind =
       config.zero.offload_optimizer.device == OffloadDevice::kNvme ? OffloadDevice::kNvme : OffloadDevice::kCpu;
@@ -70,9 +81,18 @@ void print_memory_table(const Config& config, int64_t num_params, int world_size
       << "| offload_optimizer=" << offload_name << ": device / " << offload_name << "\n";
   const bool configured_offload = config.zero.offload_optimizer.device != OffloadDevice::kNone;
   for (int stage = 0; stage <= 3; ++stage) {
-    const ModelStateBytes plain = model_state_bytes(stage, num_params, world_size, OffloadDevice::kNone, dtype);
-    const ModelStateBytes off = model_state_bytes(stage, num_params, world_size, offload_kind, dtype);
     const bool here = stage == config.zero.stage;
+    if (stage == 3 && ep_size > 1) {
+      out << std::left << std::setw(7) << (here ? "3 *" : "3") << "refused with expert parallelism (ep_size "
+          << ep_size << ")\n";
+      continue;
+    }
+    ModelStateBytes plain = model_state_bytes(stage, num_params - expert_params, world_size, OffloadDevice::kNone, dtype);
+    ModelStateBytes off = model_state_bytes(stage, num_params - expert_params, world_size, offload_kind, dtype);
+    if (expert_params > 0) {
+      plain += model_state_bytes(stage, expert_params, world_size / ep_size, OffloadDevice::kNone, dtype);
+      off += model_state_bytes(stage, expert_params, world_size / ep_size, offload_kind, dtype);
+    }
     std::string label = std::to_string(stage) + (here && !configured_offload ? " *" : "");
     out << std::left << std::setw(7) << label << std::setw(13) << human_bytes(plain.params) << std::setw(13)
         << human_bytes(plain.grads) << std::setw(13) << human_bytes(plain.master32) << std::setw(13)
@@ -131,6 +151,8 @@ CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
       ->check(CLI::PositiveNumber);
   gpt::add_auto_flags(*plan, args.autos);
   plan->add_option("--hidden_size", args.hidden_size, "fills \"auto\": ZeRO bucket sizes from the model width");
+  plan->add_option("--moe_experts", args.moe_experts, "with --model: gpt-train's MoE blocks with this many experts");
+  plan->add_option("--ep_size", args.ep_size, "with --moe_experts: ranks the experts are spread over");
   return plan;
 }
 
@@ -183,6 +205,8 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   std::optional<gpt::GptConfig> model;
   if (!args.model.empty()) {
     model = preset_model(args.model);
+    model->moe_experts = args.moe_experts;
+    model->validate();
     args.params = std::to_string(model->num_params());
     if (!args.hidden_size) args.hidden_size = model->n_embd;  // as gpt-train fills them
   }
@@ -219,9 +243,38 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
         << " layers, " << model->n_embd << " wide, " << model->n_head << " heads, vocab " << model->vocab_size
         << ", n_positions " << model->block_size << ")\n";
   }
+  const int ep = args.ep_size;
+  int64_t expert_params = 0;  // the experts one rank holds
+  if (args.moe_experts > 0 || ep != 1) {
+    if (!model || args.moe_experts < 1) throw std::invalid_argument("--moe_experts and --ep_size need --model");
+    if (tp > 1 || pp > 1) throw std::invalid_argument("--moe_experts with tensor or pipeline parallelism: not supported yet");
+    if (ep < 1 || args.moe_experts % ep != 0) {
+      throw std::invalid_argument("--moe_experts " + std::to_string(args.moe_experts) +
+                                  " is not divisible by --ep_size " + std::to_string(ep));
+    }
+    const auto groups = moe::expert_parallel_ranks(args.world_size, ep);  // checks ep divides the world
+    const auto data_groups = moe::expert_data_parallel_ranks(args.world_size, ep);
+    auto list = [](const std::vector<std::vector<int>>& sets) {
+      std::string text;
+      for (const auto& set : sets) {
+        text += text.empty() ? "[" : ", [";
+        for (size_t i = 0; i < set.size(); ++i) text += (i ? "," : "") + std::to_string(set[i]);
+        text += "]";
+      }
+      return text;
+    };
+    const int64_t local = args.moe_experts / ep;
+    expert_params = model->num_expert_params() / ep;
+    out << "\nmoe: " << args.moe_experts << " experts in each of " << model->moe_blocks() << " MoE blocks (1, 3, …), "
+        << local << " per rank (rank r holds experts [" << "(r mod " << ep << ")·" << local << ", +" << local
+        << ")); expert-parallel groups " << list(groups) << ", expert-data-parallel groups " << list(data_groups)
+        << "\n  per rank: " << model->num_params() - model->num_expert_params() + expert_params << " params, of which "
+        << expert_params << " are experts (" << model->num_expert_params() << " in all)\n";
+  }
   if (!args.params.empty()) {
     // Sliced over tp ranks, a rank holds its slices: the preset's exact count, or (--params) an even split.
     int64_t per_rank = model ? model->num_params_per_rank(tp) : parse_count(args.params) / tp;
+    if (expert_params > 0) per_rank = model->num_params() - model->num_expert_params() + expert_params;
     if (pp > 1 && model) {
       // The stages as PipelineEngine partitions them; the memory table is the largest stage's.
       const auto layers = gpt_layers(*model, tp);
@@ -242,7 +295,7 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
       out << "\ntensor parallel " << tp << ": " << per_rank << " params per rank"
           << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";
     }
-    print_memory_table(config, per_rank, args.world_size, out);
+    print_memory_table(config, per_rank, args.world_size, out, expert_params, ep);
   }
   if (!args.schedule_csv.empty()) {
     write_schedule_csv(config, args);

@@ -24,6 +24,9 @@ struct PlanArgs {
   // gpt-train's HF-style flags, filling "auto" exactly as gpt-train does (SPEC §1.3).
   gpt::AutoFlags autos;
   std::optional<int64_t> hidden_size;    // fills the bucket sizes' "auto" (--model gives its width)
+  // gpt-train's MoE flags, with --model: its MoE blocks, and the experts spread over ep_size ranks.
+  int64_t moe_experts = 0;
+  int ep_size = 1;
 };
 
 // Adds the `plan` subcommand to `app`, filling `args` when it is parsed.

@@ -29,9 +29,12 @@ void init_gpt2(torch::nn::Module& module, int64_t n_layer) {
   torch::NoGradGuard no_grad;
   const double residual_std = kInitStd / std::sqrt(2.0 * static_cast<double>(n_layer));
   for (const auto& item : module.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    // MoE experts are copies of one MLP initialised once (init_experts): drawing each would tie the values to how
+    // many experts this rank holds.
+    if (item.key().find("deepspeed_experts") != std::string::npos) continue;
     if (auto* linear = item.value()->as<torch::nn::Linear>()) {
       linear->weight.normal_(0.0, ends_with(item.key(), "c_proj") ? residual_std : kInitStd);
-      linear->bias.zero_();
+      if (linear->bias.defined()) linear->bias.zero_();  // an MoE gate has none
     } else if (auto* embedding = item.value()->as<torch::nn::Embedding>()) {
       embedding->weight.normal_(0.0, kInitStd);
     } else if (auto* norm = item.value()->as<torch::nn::LayerNorm>()) {
@@ -39,6 +42,21 @@ void init_gpt2(torch::nn::Module& module, int64_t n_layer) {
       norm->bias.zero_();
     }
   }
+}
+
+// An MoE block's experts (and, with the residual, its dense MLP): copies of one MLP initialised as GPT-2's is —
+// DeepSpeed deep-copies the expert module it is given.
+void init_experts(dscpp::moe::MoEImpl& layer, const GptConfig& config) {
+  Mlp fresh(config);
+  init_gpt2(*fresh, config.n_layer);
+  const auto values = fresh->parameters();
+  torch::NoGradGuard no_grad;
+  auto copy_into = [&](torch::nn::Module& module) {
+    const auto params = module.parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values.at(i));
+  };
+  for (auto& expert : layer.experts) copy_into(*expert.ptr());
+  if (!layer.mlp.is_empty()) copy_into(*layer.mlp.ptr());
 }
 
 // Tensor parallelism slices what it must divide: the heads, the MLP's width and the vocabulary.
@@ -59,10 +77,17 @@ void check_divides(const GptConfig& c, int p) {
 
 }  // namespace
 
-GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built, std::shared_ptr<dscpp::Comm> model_group)
-    : config_(std::move(config)), group_(model_group ? std::move(model_group) : dscpp::make_single_process_comm()) {
+GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built, std::shared_ptr<dscpp::Comm> model_group,
+                 MoeSettings moe)
+    : config_(std::move(config)),
+      group_(model_group ? std::move(model_group) : dscpp::make_single_process_comm()),
+      moe_(std::move(moe)) {
   config_.validate();
   check_divides(config_, group_->world_size());
+  if (config_.moe_experts > 0 && group_->world_size() > 1) {
+    throw std::invalid_argument("gpt: --moe_experts with tensor parallelism (" + std::to_string(group_->world_size()) +
+                                " ranks per model) is not supported yet");
+  }
   const int p = group_->world_size(), r = group_->rank();
   // Registration order is HF's order, which is the order named_parameters() lists. Each module draws its values
   // from the global generator right after it is built, so a partitioned build (which frees each block before the
@@ -77,11 +102,15 @@ GptImpl::GptImpl(GptConfig config, const BlockBuilt& block_built, std::shared_pt
   init_gpt2(*wpe, config_.n_layer);
   h = register_module("h", torch::nn::ModuleList());
   for (int64_t i = 0; i < config_.n_layer; ++i) {
-    blocks_.push_back(Block(config_, group_));
+    blocks_.push_back(Block(config_, group_, config_.is_moe_block(i) ? &moe_ : nullptr));
     h->push_back(blocks_.back());
     init_gpt2(*blocks_.back(), config_.n_layer);
     blocks_.back()->attn->keep_own_heads();
-    blocks_.back()->mlp->keep_own_slices();
+    if (blocks_.back()->moe) {
+      init_experts(*blocks_.back()->moe, config_);
+    } else {
+      blocks_.back()->mlp->keep_own_slices();
+    }
     if (block_built) block_built(blocks_.back().ptr());
   }
   ln_f = register_module("ln_f", torch::nn::LayerNorm(
@@ -143,7 +172,23 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     throw std::invalid_argument("Gpt::loss: targets shape " + shape_of(targets) + " must equal idx shape " +
                                 shape_of(idx));
   }
-  return loss_of_logits(head(hidden(idx)), targets);
+  auto loss = loss_of_logits(head(hidden(idx)), targets);
+  // After the forward (not an operand of the same +, whose order C++ leaves open): the aux losses it just made.
+  return config_.moe_experts > 0 ? loss + moe_aux_loss() : loss;
+}
+
+double GptImpl::moe_all_to_all_seconds() const {
+  double seconds = 0;
+  for (const auto& block : blocks_) seconds += block->moe ? block->moe->all_to_all_seconds() : 0.0;
+  return seconds;
+}
+
+torch::Tensor GptImpl::moe_aux_loss() const {
+  torch::Tensor total;
+  for (const auto& block : blocks_) {
+    if (block->l_aux.defined()) total = total.defined() ? total + block->l_aux : block->l_aux;
+  }
+  return total.defined() ? total * moe_.loss_coeff : torch::zeros({}, torch::kFloat);
 }
 
 torch::Tensor GptImpl::loss_of_logits(const torch::Tensor& local_logits, const torch::Tensor& targets) {

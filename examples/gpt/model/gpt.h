@@ -53,16 +53,24 @@ class GptImpl : public torch::nn::Module {
   // registration order, so the values are the same whether or not `block_built` is given.
   // `model_group`: the tensor-parallel group (null: the whole model on this rank). std::invalid_argument naming the
   // numbers when heads, 4·n_embd or vocab_size do not divide over it.
+  // `moe`: how MoE blocks (config.moe_experts > 0) route and spread their experts. Each expert starts as a copy of
+  // one freshly initialised MLP (DeepSpeed deep-copies the expert it is given), drawn once per MoE block, so the
+  // values are the same at every ep_size. MoE with tensor parallelism: std::invalid_argument.
   explicit GptImpl(GptConfig config, const BlockBuilt& block_built = {},
-                   std::shared_ptr<dscpp::Comm> model_group = nullptr);
+                   std::shared_ptr<dscpp::Comm> model_group = nullptr, MoeSettings moe = {});
 
   // idx: (B, T) int64 token ids, T ≤ block_size → logits (B, T, V) in the parameters' dtype (tensor parallel: gathered
   // from the ranks).
   torch::Tensor forward(const torch::Tensor& idx);
 
   // Mean cross-entropy of next-token prediction over all B·T positions; computed in fp32 whatever the
-  // parameters' dtype. targets: (B, T) int64.
+  // parameters' dtype. targets: (B, T) int64. With MoE blocks, plus moe_loss_coeff × their aux losses
+  // (moe_aux_loss()).
   torch::Tensor loss(const torch::Tensor& idx, const torch::Tensor& targets);
+  // MoeSettings::loss_coeff × the sum of the MoE blocks' load-balancing losses from the last forward (0 when dense).
+  torch::Tensor moe_aux_loss() const;
+  // Seconds the MoE blocks have spent exchanging tokens (all-to-all, forward and backward) on this rank.
+  double moe_all_to_all_seconds() const;
   // The same from head()'s output (this rank's columns of the logits): what a pipeline's last stage computes.
   torch::Tensor loss_of_logits(const torch::Tensor& local_logits, const torch::Tensor& targets);
 
@@ -93,6 +101,7 @@ class GptImpl : public torch::nn::Module {
  private:
   GptConfig config_;
   std::shared_ptr<dscpp::Comm> group_;  // tensor-parallel group (a single-process comm: whole)
+  MoeSettings moe_;
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;
 };

@@ -64,6 +64,11 @@ void GptConfig::validate() const {
   require_positive(n_layer, "--n_layer");
   require_positive(n_head, "--n_head");
   require_positive(n_embd, "--n_embd");
+  if (moe_experts < 0) throw std::invalid_argument("gpt config: --moe_experts must be >= 0, got " + std::to_string(moe_experts));
+  if (moe_experts > 0 && moe_experts < moe_top_k) {
+    throw std::invalid_argument("gpt config: --moe_experts " + std::to_string(moe_experts) + " is fewer than --moe_top_k " +
+                                std::to_string(moe_top_k));
+  }
   if (!(dropout >= 0.0 && dropout < 1.0)) {
     throw std::invalid_argument("gpt config: --dropout " + std::to_string(dropout) + " must be in [0, 1)");
   }
@@ -78,16 +83,31 @@ void GptConfig::validate() const {
 
 int64_t GptConfig::forward_flops(int64_t T) const {
   const int64_t C = n_embd;
-  return n_layer * (24 * T * C * C + 4 * T * T * C) + 2 * T * C * vocab_size;
+  const int64_t mlp = 16 * T * C * C;
+  int64_t moe_extra = 0;  // per MoE block, beyond a dense block's one MLP
+  if (moe_experts > 0) {
+    moe_extra = (moe_top_k - 1) * mlp + 2 * T * C * moe_experts;
+    if (moe_use_residual) moe_extra += mlp + 2 * T * C * 2;
+  }
+  return n_layer * (24 * T * C * C + 4 * T * T * C) + moe_blocks() * moe_extra + 2 * T * C * vocab_size;
 }
+
+namespace {
+int64_t mlp_params(int64_t C) { return (C * 4 * C + 4 * C) + (4 * C * C + C); }  // c_fc + c_proj
+}  // namespace
+
+int64_t GptConfig::num_expert_params() const { return moe_blocks() * moe_experts * mlp_params(n_embd); }
 
 int64_t GptConfig::num_params() const {
   const int64_t C = n_embd;
   const int64_t layer_norm = 2 * C;
   const int64_t attention = (C * 3 * C + 3 * C) + (C * C + C);  // c_attn + c_proj
-  const int64_t mlp = (C * 4 * C + 4 * C) + (4 * C * C + C);    // c_fc + c_proj
-  const int64_t block = 2 * layer_norm + attention + mlp;
-  return vocab_size * C + block_size * C + n_layer * block + layer_norm;  // wte, wpe, h.*, ln_f
+  const int64_t block = 2 * layer_norm + attention + mlp_params(C);
+  // An MoE block: the experts and the gate (E × C) instead of the MLP; the residual keeps the MLP and adds the
+  // coefficient (2 × C + 2).
+  const int64_t moe_extra = moe_experts * C - (moe_use_residual ? -(2 * C + 2) : mlp_params(C));
+  return vocab_size * C + block_size * C + n_layer * block + moe_blocks() * moe_extra + num_expert_params() +
+         layer_norm;  // wte, wpe, h.*, ln_f
 }
 
 int64_t GptConfig::num_params_per_rank(int tensor_parallel) const {

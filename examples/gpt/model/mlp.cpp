@@ -6,9 +6,15 @@
 namespace gpt {
 
 MlpImpl::MlpImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group)
-    : dropout_(config.dropout), group_(group ? std::move(group) : dscpp::make_single_process_comm()) {
-  c_fc = register_module("c_fc", torch::nn::Linear(config.n_embd, 4 * config.n_embd));
-  c_proj = register_module("c_proj", torch::nn::Linear(4 * config.n_embd, config.n_embd));
+    : n_embd_(config.n_embd),
+      dropout_(config.dropout),
+      group_(group ? std::move(group) : dscpp::make_single_process_comm()) {
+  reset();
+}
+
+void MlpImpl::reset() {
+  c_fc = register_module("c_fc", torch::nn::Linear(n_embd_, 4 * n_embd_));
+  c_proj = register_module("c_proj", torch::nn::Linear(4 * n_embd_, n_embd_));
 }
 
 void MlpImpl::keep_own_slices() {

@@ -11,10 +11,11 @@
 namespace gpt {
 
 // Tensor parallel over `group` (p ranks): rank r holds rows [r·4C/p, (r+1)·4C/p) of c_fc (column-parallel) and the
-// matching columns of c_proj (row-parallel, its bias whole).
-class MlpImpl : public torch::nn::Module {
+// matching columns of c_proj (row-parallel, its bias whole). Cloneable: an MoE block deep-copies it for every expert.
+class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
  public:
   explicit MlpImpl(const GptConfig& config, std::shared_ptr<dscpp::Comm> group = nullptr);
+  void reset() override;  // (re)builds c_fc and c_proj
 
   // x: (B, T, C) → (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
@@ -25,6 +26,7 @@ class MlpImpl : public torch::nn::Module {
   torch::nn::Linear c_proj{nullptr};  // (C, 4C/p)
 
  private:
+  int64_t n_embd_;
   double dropout_;
   std::shared_ptr<dscpp::Comm> group_;
 };

@@ -92,6 +92,14 @@ struct InitOptions {
   // Trainable parameters whose gradient another stage counts in the norm: this stage's copy of a tied weight (the
   // GPT's embedding, on the first and the last stage) that an earlier stage holds too.
   std::set<std::string> norm_counted_elsewhere;
+  // Mixture of Experts with expert parallelism (moe::make_expert_groups over `comm`): the expert-data-parallel group
+  // — the D / ep_size ranks that hold the same experts — and the trainable parameters averaged over it instead of
+  // `comm`: the experts, by name (moe::expert_parameter_names). A LibTorch module's MoE layers name their experts
+  // themselves when expert_params is empty. Under ZeRO 1-2 the experts' optimizer state and gradients are
+  // partitioned over this group; ZeRO-3 refuses expert parallelism. Without the group (ep_size 1) experts are
+  // parameters like any other.
+  std::shared_ptr<Comm> expert_data_parallel_group;
+  std::set<std::string> expert_params;
 };
 
 // What the last accumulation boundary did.
@@ -276,6 +284,9 @@ class Engine {
   void set_model_parallel(const InitOptions& options);
   // Around each micro-step's autograd: the stage's hooks and the phase times.
   void run_backward(const std::function<void()>& autograd);
+  // InitOptions::expert_data_parallel_group and expert_params: which trainable parameters (`names`) are experts,
+  // checked against the groups and the stage. Empty without expert parallelism.
+  std::vector<bool> expert_flags(const InitOptions& options, const std::vector<std::string>& names);
   // Refuses what a tensor- or pipeline-parallel run cannot do yet, naming `what`.
   void check_not_model_parallel(const std::string& what) const;
   // Refuses a checkpoint of a model-parallel run without what it needs (InitOptions::world_group, a slice of every
@@ -320,6 +331,10 @@ class Engine {
   std::vector<bool> counted_in_norm_;  // filled when either group is there
   std::string unsliced_param_;         // a sliced parameter without a TensorSlice ("" when every one has one)
   std::shared_ptr<Comm> world_group_;  // InitOptions::world_group
+  // Mixture of Experts: the largest ep_size of a LibTorch model's MoE layers (1 without), and the expert
+  // parallelism the engine runs (1 without InitOptions::expert_data_parallel_group).
+  int model_expert_parallel_ = 1;
+  int expert_parallel_ = 1;
 
   TrainingProgress progress_;
   int64_t optimizer_state_bytes_ = 0;

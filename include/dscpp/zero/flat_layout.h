@@ -3,6 +3,11 @@
 // group is padded to a multiple of world_size and split into world_size equal shards, and rank r owns shard r of
 // every group (FSDP-style per-group sharding). So every bucket reduce-scatters and all-gathers in equal chunks, and
 // rank r's partition is the concatenation of its shards. Pure arithmetic: stages, checkpoints and the planner agree.
+//
+// Mixture of Experts with expert parallelism P: expert parameters form groups of their own, sharded over the
+// expert-data-parallel group only (world_size / P ranks: the ones holding the same experts), where data-parallel
+// rank r holds shard r / P (moe::make_expert_groups' numbering). Every rank's layout has the same shapes; only the
+// expert parameters' names differ between expert-parallel ranks.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +36,13 @@ struct ShardFragment {
 
 struct ParamGroup {
   int64_t offset = 0;           // first element in the flat buffer
-  int64_t numel = 0;            // padded: a multiple of world_size
-  int64_t shard_numel = 0;      // numel / world_size
+  int64_t numel = 0;            // padded: a multiple of shards
+  int64_t shard_numel = 0;      // numel / shards
   int64_t partition_offset = 0; // where this group's shard starts inside each rank's partition
   int param_begin = 0;          // slots [param_begin, param_end) belong to this group
   int param_end = 0;
+  bool expert = false;          // expert parameters, sharded over the expert-data-parallel group
+  int shards = 1;               // ranks the group is split over: world_size, or world_size / P for an expert group
 };
 
 class FlatLayout {
@@ -44,19 +51,25 @@ class FlatLayout {
     std::string name;
     std::vector<int64_t> shape;
     bool starts_group = false;  // close the open group before this parameter (ZeRO-3: one group per block)
+    bool expert = false;        // an MoE expert's parameter (never in a group with other parameters)
   };
 
   // A parameter never straddles two groups; one larger than `group_numel` forms a group of its own.
-  FlatLayout(const std::vector<Param>& params, int world_size, int64_t group_numel);
+  // `expert_parallel` (P) must divide world_size when there are expert parameters.
+  FlatLayout(const std::vector<Param>& params, int world_size, int64_t group_numel, int expert_parallel = 1);
 
   const std::vector<ParamSlot>& slots() const { return slots_; }
   const std::vector<ParamGroup>& groups() const { return groups_; }
   int world_size() const { return world_size_; }
+  int expert_parallel() const { return expert_parallel_; }
   int64_t numel() const { return numel_; }                 // sum of parameter sizes, no padding
   int64_t padded_numel() const { return padded_numel_; }   // flat buffer size
-  int64_t partition_numel() const { return padded_numel_ / world_size_; }
+  int64_t partition_numel() const { return partition_numel_; }
 
-  // First element of rank `rank`'s shard of group `group`, in the flat buffer.
+  // Which shard of group `group` data-parallel rank `rank` holds: `rank`, or in an expert group its index in its
+  // expert-data-parallel group.
+  int shard_index(int group, int rank) const;
+  // First element of data-parallel rank `rank`'s shard of group `group`, in the flat buffer.
   int64_t shard_offset(int group, int rank) const;
 
   // The fragments of rank `rank`'s shards, in slot order (padding excluded). The shards of all ranks tile every
@@ -67,8 +80,10 @@ class FlatLayout {
   std::vector<ParamSlot> slots_;
   std::vector<ParamGroup> groups_;
   int world_size_;
+  int expert_parallel_;
   int64_t numel_ = 0;
   int64_t padded_numel_ = 0;
+  int64_t partition_numel_ = 0;
 };
 
 }  // namespace dscpp

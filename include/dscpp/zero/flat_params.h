@@ -17,8 +17,11 @@ class FlatParams {
  public:
   // `params[i]` is named `names[i]`; their current values are copied in. `params` keep their identity (the same
   // tensors the model holds); only their storage moves. `group_numel` sizes the communication groups.
+  // Mixture of Experts: `expert[i]` marks an expert's parameter, sharded over the expert-data-parallel group of
+  // expert parallelism `expert_parallel` (FlatLayout); empty: none.
   FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-             torch::ScalarType dtype, int64_t group_numel);
+             torch::ScalarType dtype, int64_t group_numel, const std::vector<bool>& expert = {},
+             int expert_parallel = 1);
 
   const FlatLayout& layout() const { return layout_; }
   torch::ScalarType dtype() const { return params_flat_.scalar_type(); }

@@ -54,9 +54,9 @@ class ShardedMaster {
   int64_t master_grad_bytes() const;
 
  private:
-  // All-gathers one group's shards (`input`: this rank's) into `output` (the group's g.numel elements), in pieces
-  // of at most allgather_bucket_size elements gathered.
-  void gather_group(InFlight& in_flight, const torch::Tensor& input, torch::Tensor output);
+  // All-gathers one group's shards (`input`: this rank's) over `comm` (StageContext::comm_for the group) into
+  // `output` (the group's g.numel elements), in pieces of at most allgather_bucket_size elements gathered.
+  void gather_group(InFlight& in_flight, Comm& comm, const torch::Tensor& input, torch::Tensor output);
 
   StageContext ctx_;
   const FlatLayout& layout_;

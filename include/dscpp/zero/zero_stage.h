@@ -132,6 +132,12 @@ class ZeroStage {
 // What every stage is built from.
 struct StageContext {
   std::shared_ptr<Comm> comm;
+  // Mixture of Experts with expert parallelism: the expert-data-parallel group, over which the layout's expert
+  // groups (ParamGroup::expert) are reduced and gathered; every other group goes over `comm`. The averaging factors
+  // below are the same for both (the data-parallel size): an expert's gradient arrives summed over its
+  // expert-parallel group's tokens by the all-to-all, so summing it over this group covers every rank's tokens once.
+  std::shared_ptr<Comm> expert_comm;
+  Comm& comm_for(const ParamGroup& group) const { return group.expert && expert_comm ? *expert_comm : *comm; }
   FlatParams* flat = nullptr;                   // stages 0-2: owned by the engine; outlives the stage
   std::optional<torch::ScalarType> comm_dtype;  // "communication_data_type"; nullopt = the compute dtype
   bool overlap_comm = false;                    // stage 2: reduce buckets while backward runs

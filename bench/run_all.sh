@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/run_all.sh: every benchmark in sequence with its defaults, then bench/RESULTS.md — each one's output as it
 # printed it, how long it took against the time its header states, and the machine (CPU kind, SIMD, cores, memory,
-# disk), the date and the commit. Expected time on a 2-core machine: ~50 min (49:17 in bench/RESULTS.md of 555eae1; scale_demo alone ~24).
+# disk), the date and the commit. Expected time on a 2-core machine: ~52 min (49:17 in bench/RESULTS.md of 555eae1, before
+# bench/moe, ~2 min, was added; scale_demo alone ~24).
 #
 # Each benchmark runs under `timeout` (twice its stated time: a hang ends, the others still run) and with a limit on
 # each process's address space (prlimit --as), so that one that outgrows the machine fails with an error instead of
@@ -42,6 +43,7 @@ BENCHES=(
   "zero3_overhead|3|8|bench/zero3_overhead/run.sh $BUILD"
   "host_malloc|3|8|bench/host_malloc/run.sh $BUILD"
   "tensor_parallel|2|8|bench/tensor_parallel/run.sh $BUILD"
+  "moe|2|8|bench/moe/run.sh $BUILD"
   "pipeline|4|8|bench/pipeline/run.sh $BUILD"
   "soak|3|8|bench/soak/run.sh $BUILD"
   "scale_demo|25|0|bench/scale_demo/run.sh $BUILD"

@@ -312,6 +312,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
 
   CheckpointedState checkpointed{config_, *comm_, *stage_, *optimizer_, offload_.get(), *scaler_, progress_,
                                  params_, std::move(module_state), dtype_, device_, log_};
+  checkpointed.expert_parallel = expert_parallel_;
   if (model_group_ || pipe_group_) {
     // Each rank writes its own part of the model once: the whole shapes in the manifest, its slices as parts of
     // them, the parameters some other rank counts in the norm (and so holds too) left to that rank.
@@ -333,6 +334,13 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   checkpointer_ = std::make_unique<Checkpointer>(std::move(checkpointed));
 
   last_log_time_ns_ = now_ns();
+  if (expert_parallel_ > 1) {
+    int64_t experts = 0;
+    for (const auto& slot : stage_->layout().slots()) experts += options.expert_params.count(slot.name);
+    log_("[deepspeed.cpp] expert parallel " + std::to_string(expert_parallel_) + ": " + std::to_string(experts) +
+         " of " + std::to_string(params_.size()) + " trainable parameters are experts, averaged and partitioned over " +
+         std::to_string(options.expert_data_parallel_group->world_size()) + " rank(s) holding the same experts");
+  }
   log_("[deepspeed.cpp] ZeRO stage " + std::to_string(stage_->stage()) + ", world size " +
        std::to_string(comm_->world_size()) + " (" + comm_->backend() + "), " + to_string(config_.compute_dtype()) +
        ": " + describe(memory()));

@@ -1,13 +1,15 @@
-// Test helpers for multi-process runs over loopback: a free port, and N ranks of one command started together
-// with torchrun-style env, each rank's exit code and output collected.
+// Test helpers for multi-process runs over loopback: a free port, N ranks of one command started together with
+// torchrun-style env (each rank's exit code and output collected), and the main() of a binary that is its own ranks.
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -60,6 +62,22 @@ inline std::vector<CommandResult> run_ranks(int world, const std::string& comman
     results[r].err = read_text(base.string() + ".err");
   }
   return results;
+}
+
+// main() of a test binary that runs its own ranks (run_ranks of /proc/PID/exe): `BINARY --worker SCENARIO` runs
+// worker(SCENARIO) and exits with its status (1, the error on stderr, when it throws); anything else runs the tests.
+template <typename Worker>
+int worker_or_tests(int argc, char** argv, Worker worker) {
+  if (argc >= 3 && std::string(argv[1]) == "--worker") {
+    try {
+      return worker(std::string(argv[2]));
+    } catch (const std::exception& e) {
+      std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
+      return 1;
+    }
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
 }
 
 }  // namespace dscpp::testing

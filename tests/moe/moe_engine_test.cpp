@@ -3,14 +3,14 @@
 // batch as that process's gradient accumulation over the data-parallel ranks' micro-batches. 20 steps with gradient
 // clipping (the norm must count every expert once), per-step losses within 1e-5; ZeRO 0, 1 and 2; ep 2 on 2
 // processes and ep 2 × data 2 on 4; k = 1 and 2; use_residual; offload_optimizer. Also: the expert bytes each rank
-// holds, a checkpoint saved at ep 2 resumed at ep 1 and consolidated, and the rules the engine states.
+// holds, a checkpoint saved at ep 2 resumed at ep 1 and consolidated, one saved at ep 1 resumed at ep 2, and the rules
+// the engine states.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -241,9 +241,20 @@ int worker(const std::string& text) {
         check(weights.contains(item.key()), where + ": the consolidated model lacks " + item.key());
         check(torch::equal(weights.read(item.key()), item.value()), where + ": consolidated " + item.key() + " differs");
       }
+      resumed.engine->save_checkpoint(s.checkpoint + "/ep1", "one");  // for the way back, below
       check_trajectory(resumed.train(half, kSteps, 0, 1), std::vector<double>(losses.begin() + half, losses.end()),
                        where + ", resumed at ep 1");
     }
+    world->barrier();  // rank 0's ep-1 checkpoint is written
+    // The way back: one process's checkpoint, holding every expert, resumed at ep 2 continues the ep-2 run.
+    Trainer again;
+    again.data = data;
+    again.model = TinyMoELm(s, s.ep, groups.expert_parallel);
+    again.engine = initialize(again.model.ptr(),
+                              Config::from_string(config_json(s.stage, data, data, s.offload), config_options), options);
+    again.engine->load_checkpoint(s.checkpoint + "/ep1", "one");
+    check_trajectory(again.train(half, kSteps, world->rank(), data),
+                     std::vector<double>(losses.begin() + half, losses.end()), where + ", ep 1 resumed at ep 2");
   }
   check_trajectory(losses, expected, where);
   world->barrier();
@@ -269,7 +280,7 @@ TEST(MoEEngine, ExpertParallelTimesDataParallelFourRanksTrainAsOneProcess) {
   run_scenarios(4, {"ep=2,k=2,stage=2", "ep=2,k=1,stage=1,residual=1", "ep=2,k=2,stage=2,offload=1"});
 }
 
-TEST(MoEEngine, ACheckpointSavedAtEp2ResumesAtEp1) {
+TEST(MoEEngine, CheckpointsMoveBetweenEp2AndEp1) {
   const auto dir = temp_dir("moe_checkpoint");
   run_scenarios(2, {"ep=2,k=2,stage=1,checkpoint=" + dir.string()});
 }
@@ -281,15 +292,4 @@ TEST(MoEEngine, TheEngineStatesItsRules) { run_scenarios(2, {"rules"}); }
 }  // namespace
 }  // namespace dscpp::testing
 
-int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
-    try {
-      return dscpp::testing::worker(argv[2]);
-    } catch (const std::exception& e) {
-      std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
-      return 1;
-    }
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return dscpp::testing::worker_or_tests(argc, argv, dscpp::testing::worker); }

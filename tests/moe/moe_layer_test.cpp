@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include <cstring>
 #include <iostream>
 #include <map>
 #include <string>
@@ -201,8 +200,7 @@ void check_close(const torch::Tensor& a, const torch::Tensor& b, const std::stri
 // Rank r's tokens through an ep_size-P layer (experts spread over the expert-parallel group) and through one layer
 // with every expert: outputs, aux loss and counts equal; the gate's gradient equal; each local expert's gradient
 // the sum over the expert-parallel group of the whole layer's gradient for it.
-void compare_expert_parallel(int ep, int k, bool drop) {
-  auto world = init_comm(DistEnv::from_env(), CommBackend::kGloo);
+void compare_expert_parallel(const std::shared_ptr<Comm>& world, int ep, int k, bool drop) {
   const auto groups = moe::make_expert_groups(world, ep);
   const int64_t experts = 2 * ep;
   MoE spread(options(experts, ep, k, drop), torch::nn::AnyModule(Expert(kHidden)), groups.expert_parallel);
@@ -237,8 +235,10 @@ void compare_expert_parallel(int ep, int k, bool drop) {
 
 int worker(const std::string& scenario) {
   const int ep = scenario == "ep2dp2" ? 2 : std::stoi(scenario.substr(2));
+  // One rendezvous per process: a second one on the same port could meet the first one's store.
+  const auto world = init_comm(DistEnv::from_env(), CommBackend::kGloo);
   for (int k : {1, 2}) {
-    for (bool drop : {true, false}) compare_expert_parallel(ep, k, drop);
+    for (bool drop : {true, false}) compare_expert_parallel(world, ep, k, drop);
   }
   return 0;
 }
@@ -256,15 +256,4 @@ TEST(MoELayer, ExpertParallelRanksGiveTheOneRankLayer) {
 }  // namespace
 }  // namespace dscpp::testing
 
-int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
-    try {
-      return dscpp::testing::worker(argv[2]);
-    } catch (const std::exception& e) {
-      std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
-      return 1;
-    }
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return dscpp::testing::worker_or_tests(argc, argv, dscpp::testing::worker); }

@@ -101,6 +101,8 @@ struct CheckpointedState {
   // This rank's data-parallel group writes the module tensors (false on tensor-parallel ranks other than the first,
   // which hold the same ones).
   bool writes_module_state = true;
+  // Mixture of Experts: experts spread over this many data-parallel ranks, so no rank holds the whole model.
+  int expert_parallel = 1;
 };
 
 class Checkpointer {
@@ -129,7 +131,7 @@ class Checkpointer {
   int world_rank() const { return world().rank(); }
   int world_size() const { return world().world_size(); }
   // False with model parallelism: ranks beyond this data-parallel group hold the other stages or slices.
-  bool holds_whole_model() const { return world_size() == s_.comm.world_size(); }
+  bool holds_whole_model() const { return world_size() == s_.comm.world_size() && s_.expert_parallel == 1; }
   void check_at_boundary(const char* what) const;
   void validate_tag_across_ranks(const std::string& tag) const;
   // What this rank's shard file holds, in file order. `modules`: the module_state entries this save writes

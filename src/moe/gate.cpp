@@ -57,7 +57,7 @@ Routing top1(const torch::Tensor& logits, const torch::Tensor& gates, const Gate
                              : std::min(largest_count(r.exp_counts, ep_group), S);
   if (o.use_rts) {
     // Random Token Selection: an expert over capacity keeps the tokens with the largest uniform draw.
-    const auto priority = mask.to(torch::kFloat) * torch::rand({S, E});
+    const auto priority = mask.to(torch::kFloat) * torch::rand({S, E}, logits.options());
     const auto chosen = std::get<1>(torch::topk(priority, std::min(r.capacity, S), 0));
     mask = mask * torch::zeros_like(mask).scatter_(0, chosen, 1);
   } else {
@@ -147,7 +147,7 @@ int64_t expert_capacity(int64_t tokens, int64_t experts, double factor, int64_t 
 torch::Tensor Routing::combine_weights() const {
   const int64_t S = weight.size(1);
   auto out = torch::zeros({S, num_experts, capacity}, weight.options());
-  const auto tokens = torch::arange(S);
+  const auto tokens = torch::arange(S, expert.options());
   for (int64_t c = 0; c < weight.size(0); ++c) {
     out.index_put_({tokens, expert[c], location[c]}, weight[c] * kept[c].to(weight.scalar_type()),
                    /*accumulate=*/true);

@@ -103,21 +103,26 @@ MoEOutput MoEImpl::forward(const torch::Tensor& hidden_states) {
                              ep_group_.get());
   const int64_t E = options_.num_experts, C = routing.capacity;
 
-  // Every kept choice: its token, the row it takes in the (E·C, M) dispatch buffer, and its weight.
-  const auto kept = routing.kept.reshape({-1});
-  const auto picked = kept.nonzero().reshape({-1});
-  const auto source = torch::arange(S).repeat({routing.kept.size(0)}).index_select(0, picked);
-  const auto row = (routing.expert * C + routing.location).reshape({-1}).index_select(0, picked);
-  const auto weight = routing.weight.reshape({-1}).index_select(0, picked).to(tokens.scalar_type());
+  // Every choice of every token: its token, the row it takes in the dispatch buffer, and its weight. A dropped choice
+  // goes to one spare row past the experts' E·C (which no expert reads) with weight 0, so the choices need no
+  // selecting: nonzero() would stop a GPU stream until its count is known.
+  const int64_t k = routing.kept.size(0), spare = E * C;
+  const auto source = torch::arange(S, routing.expert.options()).repeat({k});
+  const auto row =
+      torch::where(routing.kept, routing.expert * C + routing.location, torch::full_like(routing.location, spare))
+          .reshape({-1});
+  const auto weight = routing.weight.reshape({-1}).to(tokens.scalar_type());
 
-  auto dispatched = torch::zeros({E * C, M}, tokens.options()).index_copy(0, row, tokens.index_select(0, source));
+  auto dispatched = torch::zeros({spare + 1, M}, tokens.options()).index_copy(0, row, tokens.index_select(0, source));
   // (E·C, M) = ep_size chunks of (local experts, C, M), chunk j for expert-parallel rank j.
   const int64_t P = options_.ep_size, L = num_local_experts();
-  auto received = exchange_tokens(dispatched, ep_group_, all_to_all_ns_).view({P, L, C, M});
+  auto received = exchange_tokens(dispatched.narrow(0, 0, spare), ep_group_, all_to_all_ns_).view({P, L, C, M});
   std::vector<torch::Tensor> outputs;
   outputs.reserve(L);
   for (int64_t i = 0; i < L; ++i) outputs.push_back(experts[i].forward<torch::Tensor>(received.select(1, i)));
-  auto expert_output = exchange_tokens(torch::stack(outputs, 1).reshape({E * C, M}), ep_group_, all_to_all_ns_);
+  auto expert_output = exchange_tokens(torch::stack(outputs, 1).reshape({spare, M}), ep_group_, all_to_all_ns_);
+  // The spare row back as zeros: a dropped choice adds 0 · 0.
+  expert_output = torch::cat({expert_output, torch::zeros({1, M}, expert_output.options())});
 
   auto combined = torch::zeros({S, M}, tokens.options())
                       .index_add(0, source, expert_output.index_select(0, row) * weight.unsqueeze(1));

@@ -368,7 +368,9 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
 void Checkpointer::restore_progress(const Manifest& m, const torch::Tensor& rng_state,
                                     const torch::Tensor& cuda_rng_state, bool schedule_position) {
   s_.progress.global_steps = m.global_steps;
-  s_.progress.micro_steps = m.micro_steps;
+  // Saved on a boundary, so in this run's micro-steps: a run resumed at another world size keeps the global batch by
+  // another accumulation, and the saved count (3 micro-steps of 1) would put its next boundary mid-batch (at 1 of 2).
+  s_.progress.micro_steps = m.global_steps * s_.config.batch.grad_accum;
   s_.progress.skipped_steps = m.skipped_steps;
   s_.progress.global_samples = m.global_samples;
   if (schedule_position) s_.progress.schedule_steps = m.scheduler_position;

@@ -219,7 +219,10 @@ std::vector<Reshard> reshard_cases() {
           {Shape{2, 0}, Shape{4, 3}}, {Shape{4, 3}, Shape{2, 2}}, {Shape{2, 2, true}, Shape{1, 3, true}},
           // Into and out of an offloaded optimizer: the checkpoint does not record where the state lived.
           {Shape{2, 2, false, 1, "cpu"}, Shape{1, 3}}, {Shape{2, 0}, Shape{2, 3, false, 1, "cpu"}},
-          {Shape{2, 2, false, 1, "nvme"}, Shape{1, 1}}, {Shape{1, 3}, Shape{2, 2, false, 1, "nvme"}}};
+          {Shape{2, 2, false, 1, "nvme"}, Shape{1, 1}}, {Shape{1, 3}, Shape{2, 2, false, 1, "nvme"}},
+          // The same global batch by accumulation: 3 saved micro-steps of 1 are 6 of this run's 2, so its next
+          // boundary ends a whole batch.
+          {Shape{2, 2}, Shape{1, 1, false, 2}}};
 #endif
 }
 

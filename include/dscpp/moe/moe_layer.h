@@ -2,15 +2,9 @@
 // place of one MLP. Each token goes to k experts (gate.h's rules); with ep_size > 1 the experts are spread over the
 // expert-parallel group and tokens travel to them and back by all-to-all.
 //
-// One forward, for S tokens of width M, capacity C:
-//   gate       logits = x·wgᵀ in fp32 → Routing (expert, slot, weight per token and choice)
-//   dispatch   each kept choice's token copied to row expert·C + slot of an (E·C, M) buffer (zeros elsewhere)
-//   all-to-all chunk j (experts of expert-parallel rank j) to rank j; this rank receives its local experts' rows
-//              from every rank
-//   experts    local expert i runs on its rows from every rank
-//   all-to-all back, then each token's output is the weighted sum of its kept choices' rows
-// DeepSpeed dispatches and combines with einsums over dense (S, E, C) masks; moving rows by index gives the same
-// sums without the S·E·C·M work.
+// One forward: the TokenDispatcher (token_dispatcher.h) routes the tokens with the gate's weight and brings this
+// rank's local experts their rows from every expert-parallel rank; local expert i runs on its rows; the dispatcher
+// takes the outputs back and combines each token's kept choices, weighted.
 //
 // Parameter names are DeepSpeed's (deepspeed_moe.gate.wg.weight, deepspeed_moe.experts.deepspeed_experts.<i>.…,
 // mlp.… and coefficient.… with use_residual), except that <i> is the expert's global index, not its index on this
@@ -19,13 +13,13 @@
 
 #include <torch/torch.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/moe/gate.h"
+#include "dscpp/moe/token_dispatcher.h"
 
 namespace dscpp::moe {
 
@@ -56,12 +50,12 @@ class MoEImpl : public torch::nn::Module {
   MoEOutput forward(const torch::Tensor& hidden_states);
 
   const MoEOptions& options() const { return options_; }
-  int64_t num_local_experts() const { return options_.num_experts / options_.ep_size; }
-  int64_t first_local_expert() const { return first_expert_; }  // global index of local expert 0
+  int64_t num_local_experts() const { return dispatcher_->num_local_experts(); }
+  int64_t first_local_expert() const { return dispatcher_->first_local_expert(); }  // global index of local expert 0
   // This rank's experts' parameters, named relative to this module (deepspeed_moe.experts.deepspeed_experts.<i>.…).
   std::vector<std::pair<std::string, torch::Tensor>> expert_parameters() const;
   // Seconds this layer has spent in its all-to-alls (forward and backward) since it was built.
-  double all_to_all_seconds() const { return static_cast<double>(all_to_all_ns_->load()) * 1e-9; }
+  double all_to_all_seconds() const { return dispatcher_->all_to_all_seconds(); }
 
   torch::nn::Linear wg{nullptr};           // the gate: (num_experts, hidden_size), no bias
   std::vector<torch::nn::AnyModule> experts;  // local experts, in global order
@@ -70,11 +64,8 @@ class MoEImpl : public torch::nn::Module {
 
  private:
   MoEOptions options_;
-  std::shared_ptr<Comm> ep_group_;
-  int64_t first_expert_ = 0;
+  std::shared_ptr<TokenDispatcher> dispatcher_;
   std::vector<std::string> expert_prefixes_;  // "deepspeed_moe.experts.deepspeed_experts.<i>."
-  // Shared with the backward nodes, which may outlive a forward's locals.
-  std::shared_ptr<std::atomic<int64_t>> all_to_all_ns_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 TORCH_MODULE(MoE);
 

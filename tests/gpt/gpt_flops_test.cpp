@@ -43,6 +43,27 @@ TEST(GptFlops, WholeModelByModuleScopeAndNothingFromBackward) {
   EXPECT_EQ(counter.by_module().at("(model)"), 2 * B * T * C * V);
 }
 
+// An MoE block's experts run on their capacity's rows, not on every token: top-2 over 8 experts at capacity factor 1
+// runs 2 MLPs' worth per token, and the count is the active FLOPs gpt-train's MFU uses — not the 8 MLPs per token a
+// dense dispatch (every expert over every token) would count.
+TEST(GptFlops, MoEBlocksCountTheActiveExpertsOnly) {
+  gpt::GptConfig config;  // 4 blocks of 128: MoE in blocks 1 and 3
+  config.moe_experts = 8;
+  config.moe_top_k = 2;
+  gpt::MoeSettings moe;
+  moe.gate.k = 2;
+  moe.gate.use_rts = false;
+  moe.gate.top2_2nd_expert_sampling = false;
+  gpt::Gpt model(config, gpt::GptImpl::BlockBuilt{}, nullptr, moe);
+  const int64_t B = 2, T = 32, C = config.n_embd;  // 64 tokens: capacity ceil(64 / 8 · 2) = 16, 8 · 16 rows = 2 · 64
+  const auto idx = torch::randint(config.vocab_size, {B, T}, torch::kLong);
+  dscpp::FlopsCounter counter;
+  model->loss(idx, idx);
+  EXPECT_EQ(counter.total(), B * config.forward_flops(T));
+  const int64_t mlp = 16 * B * T * C * C, all_experts = config.moe_experts * mlp;
+  EXPECT_LT(counter.total(), 2 * all_experts) << "every expert over every token would be counted";
+}
+
 TEST(GptFlops, CountsOnlyWhileAlive) {
   auto a = torch::randn({8, 8});
   {

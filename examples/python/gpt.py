@@ -23,13 +23,17 @@ INIT_STD = 0.02  # GPT-2's initializer_range
 
 
 def init_gpt2(module, n_layer):
-    """GPT-2's initialisation, as gpt.cpp's init_gpt2: module and everything under it, in registration order."""
+    """GPT-2's initialisation, as gpt.cpp's init_gpt2: module and everything under it, in registration order. MoE
+    experts are left to init_experts."""
     residual_std = INIT_STD / math.sqrt(2.0 * n_layer)
     with torch.no_grad():
         for name, m in module.named_modules():
+            if "deepspeed_experts" in name:
+                continue
             if isinstance(m, nn.Linear):
                 m.weight.normal_(0.0, residual_std if name.endswith("c_proj") else INIT_STD)
-                m.bias.zero_()
+                if m.bias is not None:  # an MoE gate has none
+                    m.bias.zero_()
             elif isinstance(m, nn.Embedding):
                 m.weight.normal_(0.0, INIT_STD)
             elif isinstance(m, nn.LayerNorm):
@@ -64,32 +68,60 @@ class Mlp(nn.Module):
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
+def init_experts(layer, n_embd, n_layer):
+    """An MoE block's experts (and residual MLP): copies of one fresh MLP initialised as GPT-2's, as gpt.cpp's
+    init_experts (DeepSpeed deep-copies the expert it is given)."""
+    fresh = Mlp(n_embd)
+    init_gpt2(fresh, n_layer)
+    values = list(fresh.parameters())
+    with torch.no_grad():
+        targets = list(layer.deepspeed_moe.experts.deepspeed_experts) + ([layer.mlp] if layer.use_residual else [])
+        for module in targets:
+            for p, value in zip(module.parameters(), values):
+                p.copy_(value)
+
+
 class Block(nn.Module):
-    def __init__(self, n_embd, n_head):
+    """`moe`: dscpp.moe.layer.MoE's arguments for an MoE block (gpt-train's blocks 1, 3, …), None for a dense one."""
+
+    def __init__(self, n_embd, n_head, moe=None):
         super().__init__()
         self.ln_1 = nn.LayerNorm(n_embd, eps=1e-5)
         self.attn = Attention(n_embd, n_head)
         self.ln_2 = nn.LayerNorm(n_embd, eps=1e-5)
-        self.mlp = Mlp(n_embd)
+        if moe is None:
+            self.mlp = Mlp(n_embd)
+        else:
+            from dscpp.moe.layer import MoE  # the only dscpp in the model; a dense GPT is plain PyTorch
+            self.mlp = MoE(hidden_size=n_embd, expert=Mlp(n_embd), **moe)
+        self.is_moe = moe is not None
+        self.l_aux = None
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        if not self.is_moe:
+            return x + self.mlp(self.ln_2(x))
+        out, self.l_aux, _ = self.mlp(self.ln_2(x))
+        return x + out
 
 
 class Gpt(nn.Module):
     """Modules built and initialised in gpt.cpp's order, so the random draws, and so the weights, are the same."""
 
-    def __init__(self, vocab_size, n_layer, n_head, n_embd, block_size):
+    def __init__(self, vocab_size, n_layer, n_head, n_embd, block_size, moe=None, moe_loss_coeff=0.01):
+        """`moe`: MoE's arguments (num_experts, ep_size, k, …) for blocks 1, 3, …, as gpt-train's --moe_* flags."""
         super().__init__()
+        self.moe_loss_coeff = moe_loss_coeff
         self.wte = nn.Embedding(vocab_size, n_embd)  # (V, C), also the LM head
         init_gpt2(self.wte, n_layer)
         self.wpe = nn.Embedding(block_size, n_embd)
         init_gpt2(self.wpe, n_layer)
         self.h = nn.ModuleList()
-        for _ in range(n_layer):
-            self.h.append(Block(n_embd, n_head))
+        for i in range(n_layer):
+            self.h.append(Block(n_embd, n_head, moe if i % 2 == 1 else None))
             init_gpt2(self.h[-1], n_layer)
+            if self.h[-1].is_moe:
+                init_experts(self.h[-1].mlp, n_embd, n_layer)
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
         init_gpt2(self.ln_f, n_layer)
 
@@ -98,7 +130,12 @@ class Gpt(nn.Module):
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
-        return F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
+        aux = None  # the MoE blocks' load-balancing losses, summed in block order, as gpt.cpp's moe_aux_loss
+        for block in self.h:
+            if block.is_moe:
+                aux = block.l_aux if aux is None else aux + block.l_aux
+        return loss if aux is None else loss + aux * self.moe_loss_coeff
 
 
 def load_tokens(path, seq_len):

@@ -3,6 +3,7 @@
 
     PYTHONPATH=build/python /usr/bin/python3 examples/python/train_gpt.py --model tiny --steps 50
     build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --deepspeed_config ds.json --save_dir ckpt
+    build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --moe_experts 4 --moe_top_k 2 --ep_size 2
 
 The model and data are gpt-train's (examples/python/gpt.py): the same weights from the same seed and the same rows
 per rank, so the losses are gpt-train's and checkpoints move between the two in either direction.
@@ -44,6 +45,18 @@ def parse_args():
                                      "the global batch, lr, step_ms), as gpt-train's --metrics")
     p.add_argument("--no_progress", action="store_true", help="accepted for gpt-train's command lines")
     p.add_argument("--local_rank", type=int, default=-1, help="set by the launcher (DeepSpeed's convention)")
+    # Mixture of Experts in blocks 1, 3, … (dscpp.moe.layer.MoE), as gpt-train's flags of the same names.
+    p.add_argument("--moe_experts", type=int, default=0, help="MoE: experts per MoE block (0: a dense GPT)")
+    p.add_argument("--moe_top_k", type=int, default=1, help="MoE: experts per token, 1 or 2")
+    p.add_argument("--ep_size", type=int, default=1, help="MoE: ranks each block's experts are spread over")
+    p.add_argument("--moe_loss_coeff", type=float, default=0.01, help="MoE: the load-balancing loss's weight")
+    p.add_argument("--moe_capacity_factor", type=float, default=1.0)
+    p.add_argument("--moe_eval_capacity_factor", type=float, default=1.0)
+    p.add_argument("--moe_min_capacity", type=int, default=4)
+    for flag, default in (("drop_tokens", "true"), ("use_rts", "true"), ("use_residual", "false"),
+                          ("top2_2nd_expert_sampling", "true")):
+        p.add_argument(f"--moe_{flag}", choices=("true", "false"), default=default)
+    p.add_argument("--moe_noisy_gate_policy", default="None", choices=("None", "Jitter", "RSample"))
     return deepspeed.add_config_arguments(p).parse_args()
 
 
@@ -53,8 +66,15 @@ def main():
     n_layer, n_head, n_embd, block_size = PRESETS[args.model]
     seq_len = args.seq_len or min(block_size, 128)
     tokens = load_tokens(args.data, seq_len)
+    moe = None
+    if args.moe_experts:
+        moe = dict(num_experts=args.moe_experts, ep_size=args.ep_size, k=args.moe_top_k,
+                   capacity_factor=args.moe_capacity_factor, eval_capacity_factor=args.moe_eval_capacity_factor,
+                   min_capacity=args.moe_min_capacity, noisy_gate_policy=args.moe_noisy_gate_policy,
+                   **{name: getattr(args, f"moe_{name}") == "true"
+                      for name in ("drop_tokens", "use_rts", "use_residual", "top2_2nd_expert_sampling")})
     torch.manual_seed(args.seed)
-    model = Gpt(256, n_layer, n_head, n_embd, block_size)
+    model = Gpt(256, n_layer, n_head, n_embd, block_size, moe=moe, moe_loss_coeff=args.moe_loss_coeff)
 
     engine, _, _, _ = deepspeed.initialize(args=args, model=model,
                                            config=None if args.deepspeed_config else DEFAULT_CONFIG)

@@ -17,7 +17,7 @@ from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine
 from .initialize import initialize
-from . import checkpointing, ops, utils, zero  # noqa: F401  (dscpp.checkpointing.checkpoint, dscpp.ops.adam, …)
+from . import checkpointing, moe, ops, utils, zero  # noqa: F401  (dscpp.checkpointing.checkpoint, dscpp.moe.layer.MoE, …)
 
 __version__ = "0.1.0"
 

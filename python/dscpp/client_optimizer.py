@@ -11,7 +11,9 @@ engine applies to those parameters' ranges of its flat partition. Any other sett
 import torch
 
 _ADAM_KEYS = ("lr", "betas", "eps", "weight_decay", "amsgrad")
-_PER_GROUP = ("params", "weight_decay", "lr", "initial_lr")  # what may differ between groups
+# What may differ between groups: the settings a group has of its own, and DeepSpeed's bookkeeping ("name", and "moe"
+# marking an expert group: dscpp.moe.utils.split_params_into_different_moe_groups_for_optimizer).
+_PER_GROUP = ("params", "weight_decay", "lr", "initial_lr", "name", "moe")
 
 
 def _hyperparameters(group, keys):

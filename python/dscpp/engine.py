@@ -28,8 +28,10 @@ class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
     def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
-                 param_groups=None):
-        """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one."""
+                 param_groups=None, param_names=None):
+        """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one.
+        `param_names`: {id(param): the engine's name} where it differs from the module's (MoE experts, named by
+        global index); the module's names otherwise."""
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
@@ -45,6 +47,7 @@ class DeepSpeedEngine:
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
         self._param_names = {id(p): name for name, p in module.named_parameters()}
+        self._param_names.update(param_names or {})
         self._params_by_id = {id(p): p for p in module.parameters()}
         gathered.register(self, module.named_parameters())
         # The order a step's calls must come in: backward needs a forward, step needs a backward.

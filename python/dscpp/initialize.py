@@ -11,6 +11,7 @@ from .client_optimizer import engine_groups, optimizer_parameters, optimizer_sec
 from .comm import engine_comm_arguments, init_distributed
 from .config import load_json, resolve_config
 from .engine import DeepSpeedEngine
+from .moe.parallelism import expert_parallelism
 from .optimizer_view import SchedulerView
 from .zero import hooks as zero_hooks
 from .zero import init as zero_init
@@ -159,16 +160,18 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
     units = zero_hooks.gather_units(model)
-    names = {id(p): name for name, p in model.named_parameters()}
     data_group, model_comm = _mpu_groups(mpu, model)
+    # MoE layers with ep_size > 1: their groups made, their experts named by global index (the engine's names).
+    experts, expert_names = expert_parallelism(model, mpu)
+    names = {id(p): expert_names.get(id(p), name) for name, p in model.named_parameters()}
     engine = _C.create_engine(
-        params=list(model.named_parameters()), buffers=list(model.named_buffers()),
+        params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),
         non_persistent_buffers=_non_persistent_buffers(model),
         units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None,
         param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
-        **model_comm, **engine_comm_arguments(group=data_group))
+        **model_comm, **experts, **engine_comm_arguments(group=data_group))
     if engine.zero_stage == 3:
         zero_hooks.install(model, engine, units)
     resolved = json.loads(engine.config_json)
@@ -176,7 +179,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
-                              param_groups=[params for params, _, _ in groups])
+                              param_groups=[params for params, _, _ in groups], param_names=names)
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
         scheduler = SchedulerView(wrapper)

@@ -64,7 +64,9 @@ std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTen
                                       const std::string& backend, const std::string& key_prefix,
                                       const ParamGroups& param_groups, const py::object& model_group,
                                       const std::string& model_key_prefix,
-                                      const std::set<std::string>& model_parallel_params) {
+                                      const std::set<std::string>& model_parallel_params,
+                                      std::shared_ptr<Comm> expert_data_parallel_group,
+                                      const std::set<std::string>& expert_params) {
   ModelTensors model{named(params), named(buffers), non_persistent_buffers, {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
@@ -74,6 +76,8 @@ std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTen
     options.model_parallel_group = comm_from(model_group, store, backend, model_key_prefix);
     options.model_parallel_params = model_parallel_params;
   }
+  options.expert_data_parallel_group = std::move(expert_data_parallel_group);  // MoE layers with ep_size > 1
+  options.expert_params = expert_params;
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   // Handed over: the Python handle is left empty (its parameters are the engine's now).
   for (const auto& unit : prepartitioned) model.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
@@ -118,6 +122,8 @@ py::dict step_report(const StepReport& r) {
 }
 
 }  // namespace
+
+void bind_moe(py::module_& m);  // moe.cpp
 }  // namespace dscpp::python
 
 PYBIND11_MODULE(_C, m) {
@@ -140,6 +146,15 @@ PYBIND11_MODULE(_C, m) {
       comm_error(e.what());
     }
   });
+
+  // A comm over a torch.distributed group, held by Python for what it hands to C++ more than once (an MoE layer's
+  // expert-parallel group, the expert-data-parallel group).
+  py::class_<Comm, std::shared_ptr<Comm>>(m, "Comm")
+      .def_property_readonly("rank", &Comm::rank)
+      .def_property_readonly("world_size", &Comm::world_size);
+  m.def("comm_over", &comm_from, py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
+        "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
+  bind_moe(m);
 
   py::class_<Engine>(m, "Engine")
       .def("begin_forward", &Engine::begin_forward)
@@ -270,5 +285,6 @@ PYBIND11_MODULE(_C, m) {
         py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         py::arg("param_groups"), py::arg("model_group") = py::none(), py::arg("model_key_prefix") = "",
         py::arg("model_parallel_params") = std::set<std::string>{},
+        py::arg("expert_data_parallel_group") = py::none(), py::arg("expert_params") = std::set<std::string>{},
         "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

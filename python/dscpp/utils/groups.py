@@ -1,0 +1,93 @@
+"""dscpp.utils.groups: DeepSpeed's expert-parallel and expert-data-parallel process groups (deepspeed.utils.groups).
+
+For ep_size P over the data-parallel ranks (every rank of the job; an mpu's data-parallel ranks are not supported
+with P > 1 yet), the groups are the C++ engine's (moe::expert_parallel_ranks / expert_data_parallel_ranks): P
+consecutive ranks exchange tokens (expert parallel), the ranks with the same index modulo P hold the same experts
+and average their gradients (expert data parallel). Each is a torch.distributed group, for a script's own use, and
+a dscpp._C.Comm over it, for the C++ side. Groups are named as DeepSpeed names them, "ep_size_<P>"."""
+import torch.distributed as dist
+
+from .. import _C
+from ..comm import engine_comm_arguments
+
+_groups = {}  # "ep_size_<P>" → _ExpertGroups
+
+
+class _ExpertGroups:
+    def __init__(self, ep_size, expert_parallel, expert_data_parallel, ep_comm, edp_comm):
+        self.ep_size = ep_size
+        self.expert_parallel = expert_parallel            # torch.distributed group, or None for a process alone
+        self.expert_data_parallel = expert_data_parallel
+        self.ep_comm = ep_comm                            # dscpp._C.Comm over each
+        self.edp_comm = edp_comm
+
+
+def _create_expert_and_data_parallel(expert_parallel_size_, use_data_before_expert_parallel_=False):
+    """Collective over the job (every rank calls it, in the same order): makes the groups for ep_size
+    `expert_parallel_size_` once; later calls for the same size return the same groups. ValueError naming both
+    numbers when the size does not divide the number of ranks."""
+    if use_data_before_expert_parallel_:
+        raise NotImplementedError("dscpp.utils.groups: use_data_before_expert_parallel_ is not supported (the "
+                                  "expert-parallel groups are consecutive ranks, DeepSpeed's default)")
+    name = f"ep_size_{expert_parallel_size_}"
+    if name in _groups:
+        return _groups[name]
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    ep_ranks = _C.expert_parallel_ranks(world, expert_parallel_size_)  # ValueError: the size must divide the world
+    edp_ranks = _C.expert_data_parallel_ranks(world, expert_parallel_size_)
+    if not dist.is_initialized():
+        alone = _C.comm_over(None, None, "", "")
+        _groups[name] = _ExpertGroups(expert_parallel_size_, None, None, alone, alone)
+        return _groups[name]
+    rank = dist.get_rank()
+    # torch.distributed.new_group is collective over the whole job: every rank makes every group, in one order.
+    mine = {}
+    for kind, lists in (("expert_parallel", ep_ranks), ("expert_data_parallel", edp_ranks)):
+        for ranks in lists:
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine[kind] = group
+    ep_comm = _C.comm_over(**engine_comm_arguments("moe_ep", mine["expert_parallel"]))
+    edp_comm = _C.comm_over(**engine_comm_arguments("moe_edp", mine["expert_data_parallel"]))
+    _groups[name] = _ExpertGroups(expert_parallel_size_, mine["expert_parallel"], mine["expert_data_parallel"],
+                                  ep_comm, edp_comm)
+    return _groups[name]
+
+
+def _get_expert_parallel_group_dict():
+    return {name: g.expert_parallel for name, g in _groups.items()}
+
+
+def _get_expert_data_parallel_group_dict():
+    return {name: g.expert_data_parallel for name, g in _groups.items()}
+
+
+def _named(group_name):
+    if group_name not in _groups:
+        raise KeyError(f"dscpp.utils.groups: no expert groups named {group_name!r} (made so far: {sorted(_groups)}); "
+                       "dscpp.initialize makes them for the model's MoE layers")
+    return _groups[group_name]
+
+
+def _get_expert_parallel_group(group_name):
+    return _named(group_name).expert_parallel
+
+
+def _get_expert_data_parallel_group(group_name):
+    return _named(group_name).expert_data_parallel
+
+
+def _get_expert_parallel_world_size(group_name):
+    return _named(group_name).ep_comm.world_size
+
+
+def _get_expert_parallel_rank(group_name):
+    return _named(group_name).ep_comm.rank
+
+
+def _get_expert_data_parallel_world_size(group_name):
+    return _named(group_name).edp_comm.world_size
+
+
+def _get_expert_data_parallel_rank(group_name):
+    return _named(group_name).edp_comm.rank

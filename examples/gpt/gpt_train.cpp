@@ -310,10 +310,6 @@ gpt::MoeSettings moe_settings(const Args& a, int tp, int pp) {
     throw std::invalid_argument("--moe_experts with " + std::string(tp > 1 ? "tensor" : "pipeline") +
                                 " parallelism is not supported yet");
   }
-  if (a.activation_checkpointing) {
-    throw std::invalid_argument("--moe_experts with --activation_checkpointing is not supported yet: the recomputed "
-                                "forward would not carry the gates' load-balancing loss back");
-  }
   if (a.ep_size < 1) throw std::invalid_argument("--ep_size must be >= 1, got " + std::to_string(a.ep_size));
   if (a.moe_experts % a.ep_size != 0) {
     throw std::invalid_argument("--moe_experts " + std::to_string(a.moe_experts) + " is not divisible by --ep_size " +
@@ -476,11 +472,23 @@ int run(const Args& a) {
   dscpp::Engine* engine = pipeline ? &pipeline->engine() : data_parallel.get();
   // Each block inside its run_unit (ZeRO-3 gathers its parameters there, also for a recompute in backward) and,
   // with --activation_checkpointing, checkpointed: the block holds itself in the closure, which backward calls again.
+  // An MoE block's load-balancing loss leaves the checkpoint beside its output, so that its gradient reaches the gate
+  // through the recompute (the checkpointed forward itself runs without autograd); the recompute draws the forward's
+  // random numbers again (RTS, Jitter, 2nd-expert sampling), so it routes the same tokens.
   model->set_block_runner([&engine, checkpoint = a.activation_checkpointing](const gpt::Block& block,
                                                                               const torch::Tensor& x) {
     return engine->run_unit(*block, [&] {
-      auto run = [unit = block.ptr()](const torch::Tensor& input) { return unit->forward(input); };
-      return checkpoint ? engine->checkpoint(run, x) : run(x);
+      const auto unit = block.ptr();
+      if (!checkpoint) return unit->forward(x);
+      if (!unit->moe) return engine->checkpoint([unit](const torch::Tensor& input) { return unit->forward(input); }, x);
+      const auto outputs = engine->checkpoint(
+          dscpp::ActivationCheckpointing::ListBlock([unit](const std::vector<torch::Tensor>& inputs) {
+            auto output = unit->forward(inputs[0]);
+            return std::vector<torch::Tensor>{output, unit->l_aux};
+          }),
+          std::vector<torch::Tensor>{x});
+      unit->l_aux = outputs[1];
+      return outputs[0];
     });
   });
   if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);  // (refused above when pipelined)

@@ -5,7 +5,10 @@ MoE is DeepSpeed's dense formulas (moe_reference.py) over every expert: same ini
 rank's micro-batch is a chunk; the loop accumulates the chunks), AdamW and clipping. Rank 0 writes both per-step
 losses to OUT.
 
-    python3 moe_train.py EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR]]    (torchrun's environment)
+    python3 moe_train.py [--mpu] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
+                                                                             (torchrun's environment)
+
+--mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group).
 
 With SAVE_DIR the engine saves a checkpoint after STEPS // 2 steps; with LOAD_DIR it first loads that one (saved
 at another ep_size) and runs the rest of the steps, writing only its own losses.
@@ -91,7 +94,24 @@ def config(stage, grad_accum, world):
             "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WD}}}
 
 
-def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir):
+class SoloMpu:
+    """Megatron's parallel state at tensor-parallel size 1, as Megatron-DeepSpeed's MoE runs pass it."""
+
+    def __init__(self):
+        world, rank = dist.get_world_size(), dist.get_rank()
+        for r in range(world):  # every rank makes every group, as torch.distributed.new_group requires
+            group = dist.new_group([r])
+            if r == rank:
+                self.tensor = group
+
+    def get_tensor_model_parallel_group(self):
+        return self.tensor
+
+    def get_data_parallel_group(self):
+        return dist.group.WORLD
+
+
+def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu):
     """DeepSpeed-MoE's script shape: MoE parameter groups, initialize, engine(batch) / backward / step. Run at world
     size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks."""
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -100,7 +120,7 @@ def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir):
     parameters = {"params": [p for p in model.parameters()], "name": "parameters"}
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=split_params_into_different_moe_groups_for_optimizer(parameters),
-        config=config(stage, data // world, world))
+        config=config(stage, data // world, world), mpu=mpu)
     first = 0
     if load_dir:
         engine.load_checkpoint(load_dir[0])
@@ -139,12 +159,16 @@ def reference_losses(k, residual, drop, steps, world):
 
 
 if __name__ == "__main__":
+    use_mpu = "--mpu" in sys.argv
+    if use_mpu:
+        sys.argv.remove("--mpu")
     ep, stage, k, residual, drop, steps = (int(a) for a in sys.argv[1:7])
     out = sys.argv[7]
     save_dir = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "-" else None
     load_dir = sys.argv[9:11] if len(sys.argv) > 9 else None  # LOAD_DIR DATA_RANKS
     deepspeed.init_distributed()
-    result = {"engine": engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir)}
+    result = {"engine": engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
+                                      SoloMpu() if use_mpu else None)}
     if dist.get_rank() == 0:
         if not load_dir:
             result["reference"] = reference_losses(k, bool(residual), bool(drop), steps, dist.get_world_size())

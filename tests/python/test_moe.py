@@ -151,6 +151,13 @@ def test_a_deepspeed_moe_script_trains_as_one_process(world, ep, stage, k, resid
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
 
 
+def test_megatron_deepspeeds_mpu_at_tensor_parallel_size_1_trains_as_one_process(tmp_path):
+    out = tmp_path / "losses.json"
+    run_ranks(2, ["moe_train.py", "--mpu", "2", "2", "2", "0", "1", "6", str(out)])
+    result = json.loads(out.read_text())
+    assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
+
+
 def test_a_checkpoint_saved_at_ep2_continues_at_ep1(tmp_path):
     saved, resumed = tmp_path / "saved.json", tmp_path / "resumed.json"
     run_ranks(2, ["moe_train.py", "2", "2", "2", "0", "1", "6", str(saved), str(tmp_path / "ckpt")])

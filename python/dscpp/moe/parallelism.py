@@ -2,7 +2,23 @@
 groups, routes each layer over its expert-parallel group, and tells the C++ engine which parameters are experts —
 averaged and (ZeRO 1–2) partitioned over the expert-data-parallel group — under the names a checkpoint gives them:
 the experts' global indices, so it loads under any ep_size."""
+import torch.distributed as dist
+
 from .layer import MoE
+
+
+def _check_mpu(mpu, ep_size):
+    """An mpu without tensor parallelism (Megatron-DeepSpeed's MoE runs pass one at tensor-parallel size 1) keeps every
+    rank data parallel, so the expert groups are cut from the whole job, as without one; with tensor parallelism the
+    experts would be cut from each data-parallel group, which is not supported yet."""
+    if mpu is None:
+        return
+    tensor_group = getattr(mpu, "get_tensor_model_parallel_group", None) or getattr(mpu, "get_model_parallel_group")
+    tensor_size = dist.get_world_size(tensor_group())
+    if tensor_size > 1:
+        raise NotImplementedError(f"dscpp.initialize: MoE layers with ep_size {ep_size} under tensor parallelism "
+                                  f"(the mpu's tensor-parallel size is {tensor_size}) are not supported yet; "
+                                  "MoE runs with an mpu of tensor-parallel size 1")
 
 
 def expert_parallelism(model, mpu):
@@ -15,9 +31,7 @@ def expert_parallelism(model, mpu):
     if len(sizes) > 1:
         raise NotImplementedError(f"dscpp.initialize: the model's MoE layers have ep_size {sizes}; one ep_size per "
                                   "model is supported")
-    if mpu is not None:
-        raise NotImplementedError(f"dscpp.initialize: MoE layers with ep_size {sizes[0]} and an mpu (tensor "
-                                  "parallelism) together are not supported yet")
+    _check_mpu(mpu, sizes[0])
     for _, layer in layers:
         layer.set_deepspeed_parallelism()
     names = {}

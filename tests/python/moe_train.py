@@ -5,10 +5,11 @@ MoE is DeepSpeed's dense formulas (moe_reference.py) over every expert: same ini
 rank's micro-batch is a chunk; the loop accumulates the chunks), AdamW and clipping. Rank 0 writes both per-step
 losses to OUT.
 
-    python3 moe_train.py [--mpu] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
+    python3 moe_train.py [--mpu] [--bf16] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
                                                                              (torchrun's environment)
 
---mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group).
+--mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group);
+--bf16 trains the engine in bf16 (the tokens cross the all-to-all in bf16), the reference staying in fp32.
 
 With SAVE_DIR the engine saves a checkpoint after STEPS // 2 steps; with LOAD_DIR it first loads that one (saved
 at another ep_size) and runs the rest of the steps, writing only its own losses.
@@ -87,8 +88,8 @@ def global_batches(steps, size):
     return [torch.randint(0, VOCAB, (size, SEQ), generator=generator) for _ in range(steps)]
 
 
-def config(stage, grad_accum, world):
-    return {"train_batch_size": MICRO * grad_accum * world, "train_micro_batch_size_per_gpu": MICRO,
+def config(stage, grad_accum, world, bf16=False):
+    return {"bf16": {"enabled": bf16}, "train_batch_size": MICRO * grad_accum * world, "train_micro_batch_size_per_gpu": MICRO,
             "gradient_accumulation_steps": grad_accum, "gradient_clipping": CLIP,
             "zero_optimization": {"stage": stage, "reduce_bucket_size": 64},
             "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WD}}}
@@ -111,7 +112,7 @@ class SoloMpu:
         return dist.group.WORLD
 
 
-def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu):
+def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16):
     """DeepSpeed-MoE's script shape: MoE parameter groups, initialize, engine(batch) / backward / step. Run at world
     size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks."""
     world, rank = dist.get_world_size(), dist.get_rank()
@@ -120,7 +121,7 @@ def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu):
     parameters = {"params": [p for p in model.parameters()], "name": "parameters"}
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=split_params_into_different_moe_groups_for_optimizer(parameters),
-        config=config(stage, data // world, world), mpu=mpu)
+        config=config(stage, data // world, world, bf16), mpu=mpu)
     first = 0
     if load_dir:
         engine.load_checkpoint(load_dir[0])
@@ -159,16 +160,15 @@ def reference_losses(k, residual, drop, steps, world):
 
 
 if __name__ == "__main__":
-    use_mpu = "--mpu" in sys.argv
-    if use_mpu:
-        sys.argv.remove("--mpu")
+    use_mpu, bf16 = "--mpu" in sys.argv, "--bf16" in sys.argv
+    sys.argv = [a for a in sys.argv if a not in ("--mpu", "--bf16")]
     ep, stage, k, residual, drop, steps = (int(a) for a in sys.argv[1:7])
     out = sys.argv[7]
     save_dir = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "-" else None
     load_dir = sys.argv[9:11] if len(sys.argv) > 9 else None  # LOAD_DIR DATA_RANKS
     deepspeed.init_distributed()
     result = {"engine": engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
-                                      SoloMpu() if use_mpu else None)}
+                                      SoloMpu() if use_mpu else None, bf16)}
     if dist.get_rank() == 0:
         if not load_dir:
             result["reference"] = reference_losses(k, bool(residual), bool(drop), steps, dist.get_world_size())

@@ -158,6 +158,13 @@ def test_megatron_deepspeeds_mpu_at_tensor_parallel_size_1_trains_as_one_process
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
 
 
+def test_zero3_with_ep2_stops_naming_the_rule(tmp_path):
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_ranks(2, ["moe_train.py", "2", "3", "1", "0", "1", "2", str(tmp_path / "losses.json")])
+    message = "ZeRO stage 3 with expert parallelism (ep_size 2) is not supported"
+    assert str(failed.value).count(message) >= 2, str(failed.value)  # both ranks say why
+
+
 def test_bf16_at_ep2_stays_near_the_fp32_loop(tmp_path):
     """bf16 compute (the tokens cross the all-to-all in bf16: Gloo's as fp16 bits) against the fp32 plain loop: within
     bf16's rounding (measured 1.4e-2 over 6 steps on losses near 3.5). The fp32 runs above hold the routing exact;

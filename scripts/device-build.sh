@@ -35,6 +35,14 @@ case "${1:-}" in
     done
     ROOT=$DEPS/root/usr
     TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
+    # The Debian libraries linked beside LibTorch (GoogleTest, protobuf) use the C++11 std::string ABI; a torch built
+    # with the old one would fail only at the link, on std::string symbols, after minutes of compiling.
+    if [ "$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')" != 1 ]; then
+      echo "device-build.sh: torch $(python3 -c 'import torch; print(torch.__version__)') is built with the" \
+        "pre-C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=0); the Debian libraries it links with use the C++11" \
+        "one. Use a torch built with the C++11 ABI." >&2
+      exit 2
+    fi
     # nccl.h: the toolkit's, else the one PyTorch's nvidia-nccl wheel ships.
     NCCL_HOME=${NCCL_HOME:-$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)}
     export NCCL_HOME CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}

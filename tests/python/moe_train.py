@@ -5,11 +5,12 @@ MoE is DeepSpeed's dense formulas (moe_reference.py) over every expert: same ini
 rank's micro-batch is a chunk; the loop accumulates the chunks), AdamW and clipping. Rank 0 writes both per-step
 losses to OUT.
 
-    python3 moe_train.py [--mpu] [--bf16] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
+    python3 moe_train.py [--mpu] [--bf16] [--zero_init] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
                                                                              (torchrun's environment)
 
 --mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group);
---bf16 trains the engine in bf16 (the tokens cross the all-to-all in bf16), the reference staying in fp32.
+--bf16 trains the engine in bf16 (the tokens cross the all-to-all in bf16), the reference staying in fp32;
+--zero_init builds the engine's model inside dscpp.zero.Init (ZeRO-3), which the experts' deep copies must survive.
 
 With SAVE_DIR the engine saves a checkpoint after STEPS // 2 steps; with LOAD_DIR it first loads that one (saved
 at another ep_size) and runs the rest of the steps, writing only its own losses.
@@ -71,11 +72,14 @@ class Model(nn.Module):
         return F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1)) + AUX * l_aux
 
 
-def make_model(ep_size, k, residual, drop, first_expert):
+def make_model(ep_size, k, residual, drop, first_expert, zero_init=None):
     """Seeded, so every rank and the reference start alike; each expert gets values of its own from its global index
-    (deep copies would start equal, which would hide an expert in the wrong place)."""
+    (deep copies would start equal, which would hide an expert in the wrong place). `zero_init`: the config to build
+    it partitioned with."""
+    import contextlib
     torch.manual_seed(0)
-    model = Model(ep_size, k, residual, drop)
+    with deepspeed.zero.Init(config_dict_or_path=zero_init) if zero_init else contextlib.nullcontext():
+        model = Model(ep_size, k, residual, drop)
     for i, expert in enumerate(model.experts_in_global_order()):
         torch.manual_seed(100 + first_expert + i)
         for p in expert.parameters():
@@ -112,16 +116,17 @@ class SoloMpu:
         return dist.group.WORLD
 
 
-def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16):
+def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16, zero_init):
     """DeepSpeed-MoE's script shape: MoE parameter groups, initialize, engine(batch) / backward / step. Run at world
     size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks."""
     world, rank = dist.get_world_size(), dist.get_rank()
     data = int(load_dir[1]) if load_dir else world
-    model = make_model(ep, k, residual, drop, (rank % ep) * (EXPERTS // ep))
+    ds_config = config(stage, data // world, world, bf16)
+    model = make_model(ep, k, residual, drop, (rank % ep) * (EXPERTS // ep), ds_config if zero_init else None)
     parameters = {"params": [p for p in model.parameters()], "name": "parameters"}
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=split_params_into_different_moe_groups_for_optimizer(parameters),
-        config=config(stage, data // world, world, bf16), mpu=mpu)
+        config=ds_config, mpu=mpu)
     first = 0
     if load_dir:
         engine.load_checkpoint(load_dir[0])
@@ -160,15 +165,15 @@ def reference_losses(k, residual, drop, steps, world):
 
 
 if __name__ == "__main__":
-    use_mpu, bf16 = "--mpu" in sys.argv, "--bf16" in sys.argv
-    sys.argv = [a for a in sys.argv if a not in ("--mpu", "--bf16")]
+    flags = {flag: flag in sys.argv for flag in ("--mpu", "--bf16", "--zero_init")}
+    sys.argv = [a for a in sys.argv if a not in flags]
     ep, stage, k, residual, drop, steps = (int(a) for a in sys.argv[1:7])
     out = sys.argv[7]
     save_dir = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "-" else None
     load_dir = sys.argv[9:11] if len(sys.argv) > 9 else None  # LOAD_DIR DATA_RANKS
     deepspeed.init_distributed()
     result = {"engine": engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
-                                      SoloMpu() if use_mpu else None, bf16)}
+                                      SoloMpu() if flags["--mpu"] else None, flags["--bf16"], flags["--zero_init"])}
     if dist.get_rank() == 0:
         if not load_dir:
             result["reference"] = reference_losses(k, bool(residual), bool(drop), steps, dist.get_world_size())

@@ -158,6 +158,15 @@ def test_megatron_deepspeeds_mpu_at_tensor_parallel_size_1_trains_as_one_process
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
 
 
+def test_built_inside_zero_init_the_experts_are_whole_copies_and_train_as_the_loop(tmp_path):
+    """Experts deep-copies its expert, which zero.Init has already cut down: the copies are made from the gathered
+    values (not from empty tensors), and the engine partitions them at initialize."""
+    out = tmp_path / "losses.json"
+    run_ranks(2, ["moe_train.py", "--zero_init", "1", "3", "2", "1", "1", "6", str(out)])
+    result = json.loads(out.read_text())
+    assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
+
+
 def test_zero3_with_ep2_stops_naming_the_rule(tmp_path):
     with pytest.raises(pytest.fail.Exception) as failed:
         run_ranks(2, ["moe_train.py", "2", "3", "1", "0", "1", "2", str(tmp_path / "losses.json")])

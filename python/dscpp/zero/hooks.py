@@ -9,6 +9,7 @@ own module's forward — a tied weight another module uses, one the parent's for
 as DeepSpeed's ZeROOrderedDict does: each module's _parameters becomes a dict that tells the stage about every read.
 """
 import collections
+import copy
 import functools
 
 import torch
@@ -54,6 +55,12 @@ class _FetchingParameters(collections.OrderedDict):
         if param is not None:
             self._fetch(param)
         return param
+
+    def __deepcopy__(self, memo):
+        """copy.deepcopy of a module (DeepSpeed's MoE deep-copies its expert): each parameter is read, so fetched
+        whole, and copied whole into a plain dict; the copies are parameters of their own, which the engine
+        partitions at initialize like any other."""
+        return collections.OrderedDict((key, copy.deepcopy(self[key], memo)) for key in self)
 
 
 def _enter(engine, unit, module, inputs):

@@ -5,12 +5,15 @@ MoE is DeepSpeed's dense formulas (moe_reference.py) over every expert: same ini
 rank's micro-batch is a chunk; the loop accumulates the chunks), AdamW and clipping. Rank 0 writes both per-step
 losses to OUT.
 
-    python3 moe_train.py [--mpu] [--bf16] [--zero_init] EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
+    python3 moe_train.py [--mpu] [--bf16] [--zero_init] [--checkpointing]
+                         EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
                                                                              (torchrun's environment)
 
 --mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group);
 --bf16 trains the engine in bf16 (the tokens cross the all-to-all in bf16), the reference staying in fp32;
---zero_init builds the engine's model inside dscpp.zero.Init (ZeRO-3), which the experts' deep copies must survive.
+--zero_init builds the engine's model inside dscpp.zero.Init (ZeRO-3), which the experts' deep copies must survive;
+--checkpointing runs the engine's MoE layer inside dscpp.checkpointing.checkpoint (recomputed in backward, its
+all-to-alls with it).
 
 With SAVE_DIR the engine saves a checkpoint after STEPS // 2 steps; with LOAD_DIR it first loads that one (saved
 at another ep_size) and runs the rest of the steps, writing only its own losses.
@@ -54,7 +57,7 @@ class Model(nn.Module):
                        top2_2nd_expert_sampling=False)
         self.norm = nn.LayerNorm(DIM)
         self.head = nn.Linear(DIM, VOCAB)
-        self.k, self.drop, self.dense_reference = k, drop, False
+        self.k, self.drop, self.dense_reference, self.checkpointed = k, drop, False, False
 
     def experts_in_global_order(self):
         return list(self.moe.deepspeed_moe.experts.deepspeed_experts)
@@ -66,6 +69,8 @@ class Model(nn.Module):
             residual = (m.mlp, m.coefficient) if m.use_residual else None
             out, l_aux, _ = moe_reference.moe_forward(x, m.deepspeed_moe.gate.wg.weight, self.experts_in_global_order(),
                                                       self.k, 1.0, 2, self.drop, residual)
+        elif self.checkpointed:
+            out, l_aux = deepspeed.checkpointing.checkpoint(lambda h: self.moe(h)[:2], x)
         else:
             out, l_aux, _ = self.moe(x)
         logits = self.head(self.norm(x + out))
@@ -93,7 +98,8 @@ def global_batches(steps, size):
 
 
 def config(stage, grad_accum, world, bf16=False):
-    return {"bf16": {"enabled": bf16}, "train_batch_size": MICRO * grad_accum * world, "train_micro_batch_size_per_gpu": MICRO,
+    return {"bf16": {"enabled": bf16}, "train_batch_size": MICRO * grad_accum * world,
+            "train_micro_batch_size_per_gpu": MICRO,
             "gradient_accumulation_steps": grad_accum, "gradient_clipping": CLIP,
             "zero_optimization": {"stage": stage, "reduce_bucket_size": 64},
             "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WD}}}
@@ -116,13 +122,17 @@ class SoloMpu:
         return dist.group.WORLD
 
 
-def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16, zero_init):
+def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16, zero_init, checkpointing=False):
     """DeepSpeed-MoE's script shape: MoE parameter groups, initialize, engine(batch) / backward / step. Run at world
-    size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks."""
+    size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks. Returns the
+    per-step losses ("engine") and how many times the MoE layer ran ("moe_forwards")."""
     world, rank = dist.get_world_size(), dist.get_rank()
     data = int(load_dir[1]) if load_dir else world
     ds_config = config(stage, data // world, world, bf16)
     model = make_model(ep, k, residual, drop, (rank % ep) * (EXPERTS // ep), ds_config if zero_init else None)
+    model.checkpointed = checkpointing
+    forwards = []  # the MoE layer's forwards: one per micro-step, two when checkpointed (the recompute)
+    model.moe.register_forward_hook(lambda *_: forwards.append(1))
     parameters = {"params": [p for p in model.parameters()], "name": "parameters"}
     engine, _, _, _ = deepspeed.initialize(
         model=model, model_parameters=split_params_into_different_moe_groups_for_optimizer(parameters),
@@ -142,7 +152,7 @@ def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, 
         losses.append(engine.last_step()["loss"])
         if save_dir and step + 1 == steps // 2:
             engine.save_checkpoint(save_dir)
-    return losses
+    return {"engine": losses, "moe_forwards": len(forwards)}
 
 
 def reference_losses(k, residual, drop, steps, world):
@@ -165,15 +175,16 @@ def reference_losses(k, residual, drop, steps, world):
 
 
 if __name__ == "__main__":
-    flags = {flag: flag in sys.argv for flag in ("--mpu", "--bf16", "--zero_init")}
+    flags = {flag: flag in sys.argv for flag in ("--mpu", "--bf16", "--zero_init", "--checkpointing")}
     sys.argv = [a for a in sys.argv if a not in flags]
     ep, stage, k, residual, drop, steps = (int(a) for a in sys.argv[1:7])
     out = sys.argv[7]
     save_dir = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "-" else None
     load_dir = sys.argv[9:11] if len(sys.argv) > 9 else None  # LOAD_DIR DATA_RANKS
     deepspeed.init_distributed()
-    result = {"engine": engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
-                                      SoloMpu() if flags["--mpu"] else None, flags["--bf16"], flags["--zero_init"])}
+    result = engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
+                           SoloMpu() if flags["--mpu"] else None, flags["--bf16"], flags["--zero_init"],
+                           flags["--checkpointing"])
     if dist.get_rank() == 0:
         if not load_dir:
             result["reference"] = reference_losses(k, bool(residual), bool(drop), steps, dist.get_world_size())

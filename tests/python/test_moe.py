@@ -167,6 +167,16 @@ def test_built_inside_zero_init_the_experts_are_whole_copies_and_train_as_the_lo
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
 
 
+def test_under_activation_checkpointing_the_recompute_routes_the_same(tmp_path):
+    """The MoE layer inside dscpp.checkpointing.checkpoint at ep 2: its all-to-alls run again in backward (the Python
+    function called from the C++ backward), and l_aux leaves the checkpoint with its gradient."""
+    out = tmp_path / "losses.json"
+    run_ranks(2, ["moe_train.py", "--checkpointing", "2", "2", "2", "1", "1", "6", str(out)])
+    result = json.loads(out.read_text())
+    assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
+    assert result["moe_forwards"] == 2 * 6  # each micro-step's forward and its recompute
+
+
 def test_zero3_with_ep2_stops_naming_the_rule(tmp_path):
     with pytest.raises(pytest.fail.Exception) as failed:
         run_ranks(2, ["moe_train.py", "2", "3", "1", "0", "1", "2", str(tmp_path / "losses.json")])

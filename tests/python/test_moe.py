@@ -88,6 +88,10 @@ def test_bad_options_are_named_with_their_values():
     for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             MoE(hidden_size=DIM, expert=expert(), **kwargs)
+    with pytest.raises(ValueError, match="MoE hidden_size is 0; it must be an int >= 1"):
+        MoE(hidden_size=0, expert=expert(), num_experts=2)
+    with pytest.raises(ValueError, match=r"MoE dispatch: tokens must be \(S, M\) and the gate weight"):
+        MoE(hidden_size=DIM, expert=expert(), num_experts=2)(torch.randn(4, DIM + 1))
     with pytest.raises(NotImplementedError, match="use_tutel"):
         MoE(hidden_size=DIM, expert=expert(), num_experts=2, use_tutel=True)
     with pytest.raises(TypeError, match="expert must be a torch.nn.Module"):

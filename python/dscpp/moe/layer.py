@@ -92,8 +92,8 @@ class MoE(nn.Module):
     """DeepSpeed's MoE layer. `expert` is deep-copied for each of this rank's num_experts / ep_size experts (and is
     itself the dense MLP with use_residual). forward(hidden_states) → (output, l_aux, exp_counts).
 
-    ValueError naming the value for num_experts not divisible by ep_size, k not 1 or 2, a capacity factor <= 0,
-    min_capacity < 0 and a noisy_gate_policy other than None, 'None', 'Jitter', 'RSample'."""
+    ValueError naming the value for hidden_size < 1, num_experts not divisible by ep_size, k not 1 or 2, a capacity
+    factor <= 0, min_capacity < 0 and a noisy_gate_policy other than None, 'None', 'Jitter', 'RSample'."""
 
     def __init__(self, hidden_size, expert, num_experts=1, ep_size=1, k=1, capacity_factor=1.0,
                  eval_capacity_factor=1.0, min_capacity=4, use_residual=False, noisy_gate_policy=None,
@@ -105,6 +105,8 @@ class MoE(nn.Module):
                                       "part of deepspeed.cpp); leave it False")
         if enable_expert_tensor_parallelism:
             raise NotImplementedError("dscpp MoE: enable_expert_tensor_parallelism is not supported yet")
+        if not isinstance(hidden_size, int) or hidden_size < 1:
+            raise ValueError(f"MoE hidden_size is {hidden_size!r}; it must be an int >= 1")
         if not isinstance(expert, nn.Module):
             raise TypeError(f"dscpp MoE: expert must be a torch.nn.Module, got {type(expert).__name__}")
         _C.check_moe_options(num_experts=num_experts, ep_size=ep_size, k=k, capacity_factor=capacity_factor,

@@ -216,7 +216,8 @@ def test_the_python_gpt_with_moe_gives_gpt_trains_losses_and_checkpoints(tmp_pat
     config = tmp_path / "moe.json"
     config.write_text(json.dumps({
         "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_clipping": 0.5,
-        "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}))
+        "zero_optimization": {"stage": 2},
+        "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}}}))
     moe = ["--moe_experts", "4", "--moe_top_k", "2", "--moe_use_residual", "true", "--moe_use_rts", "false",
            "--moe_top2_2nd_expert_sampling", "false"]
     run_gpt_train(str(config), 4, tmp_path / "cpp.jsonl", *moe)

@@ -16,6 +16,7 @@ import warnings
 import torch
 
 from . import checkpointing
+from .moe.layer import MoE
 from .optimizer_view import OptimizerView
 from .zero import gathered
 from .zero.hooks import output_tensors
@@ -46,6 +47,10 @@ class DeepSpeedEngine:
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
+        # DeepSpeed's MoE bookkeeping, which scripts read: the model's MoE layers and each one's expert count.
+        self.moe_layers = [m for m in module.modules() if isinstance(m, MoE)]
+        self.has_moe_layers = bool(self.moe_layers)
+        self.num_experts = [m.num_experts for m in self.moe_layers]
         self._param_names = {id(p): name for name, p in module.named_parameters()}
         self._param_names.update(param_names or {})
         self._params_by_id = {id(p): p for p in module.parameters()}

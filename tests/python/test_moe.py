@@ -138,6 +138,7 @@ def test_moe_optimizer_groups_are_deepspeeds():
     # the engine takes them as it takes any parameter groups, and trains
     engine, _, _, _ = dscpp.initialize(model=model, model_parameters=groups, config={
         "train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.1}}})
+    assert engine.has_moe_layers and engine.num_experts == [2] and engine.moe_layers == [model.moe]
     before = experts[0].detach().clone()
     engine.backward(engine(torch.randn(4, 6, DIM)))
     engine.step()

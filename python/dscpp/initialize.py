@@ -162,7 +162,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     units = zero_hooks.gather_units(model)
     data_group, model_comm = _mpu_groups(mpu, model)
     # MoE layers with ep_size > 1: their groups made, their experts named by global index (the engine's names).
-    experts, expert_names = expert_parallelism(model, mpu)
+    tensor_parallel = dist.get_world_size(model_comm["model_group"]) if model_comm else 1
+    experts, expert_names = expert_parallelism(model, tensor_parallel)
     names = {id(p): expert_names.get(id(p), name) for name, p in model.named_parameters()}
     engine = _C.create_engine(
         params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),

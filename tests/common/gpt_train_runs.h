@@ -16,10 +16,15 @@
 
 namespace dscpp::testing {
 
+// What one gpt-train run left: rank 0's metrics rows (one per step) and its log (stderr).
+struct GptTrainRun {
+  std::vector<nlohmann::json> rows;
+  std::string log;
+};
+
 // gpt-train --model tiny --seq_len 32 --steps 20 with `config` (written to a file) and `flags`, as `world` ranks;
-// every rank must exit 0. Returns rank 0's metrics rows, one per step.
-inline std::vector<nlohmann::json> gpt_train_metrics(int world, const nlohmann::json& config,
-                                                     const std::string& flags) {
+// every rank must exit 0.
+inline GptTrainRun gpt_train_run(int world, const nlohmann::json& config, const std::string& flags) {
   const auto dir = temp_dir("gpt_train_" + std::to_string(world) + "_" +
                             std::to_string(std::hash<std::string>()(config.dump() + flags)));
   const auto config_file = dir / "ds.json";
@@ -31,10 +36,17 @@ inline std::vector<nlohmann::json> gpt_train_metrics(int world, const nlohmann::
                                    metrics.string() + " " + flags,
                                "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
   for (int r = 0; r < world; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-  std::vector<nlohmann::json> rows;
+  GptTrainRun run;
+  run.log = ranks.at(0).err;
   std::istringstream in(read_text(metrics));
-  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
-  return rows;
+  for (std::string line; std::getline(in, line);) run.rows.push_back(nlohmann::json::parse(line));
+  return run;
+}
+
+// gpt_train_run's metrics rows.
+inline std::vector<nlohmann::json> gpt_train_metrics(int world, const nlohmann::json& config,
+                                                     const std::string& flags) {
+  return gpt_train_run(world, config, flags).rows;
 }
 
 // The "loss" of every row of a gpt-train --metrics file, in order.

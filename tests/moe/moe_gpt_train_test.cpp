@@ -3,8 +3,6 @@
 // flags' rules are named with their numbers.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,33 +39,18 @@ TEST(GptTrainMoE, ExpertParallelGivesTheOneProcessLosses) {
 // reaches the gates: the run equals the one without checkpointing. The profile's count proves the blocks were
 // checkpointed: 4 blocks × 20 steps on each rank.
 TEST(GptTrainMoE, ActivationCheckpointingRecomputesTheSameRouting) {
-  const auto dir = temp_dir("moe_activation_checkpointing");
   const nlohmann::json config = {{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 4},
                                  {"gradient_clipping", 1.0}, {"steps_per_print", 20},
                                  {"zero_optimization", {{"stage", 2}}},
                                  {"activation_checkpointing", {{"profile", true}}},
                                  {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
-  std::ofstream(dir / "ds.json") << config.dump();
-  auto run = [&](bool checkpointing) {
-    const auto metrics = dir / (checkpointing ? "with.jsonl" : "without.jsonl");
-    const auto ranks = run_ranks(2,
-                                 std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --seq_len 32 "
-                                 "--steps 20 --moe_experts 4 --moe_top_k 2 --ep_size 2 --moe_noisy_gate_policy Jitter "
-                                 "--moe_loss_coeff 1.0 --deepspeed_config " + (dir / "ds.json").string() +
-                                     " --metrics " + metrics.string() +
-                                     (checkpointing ? " --activation_checkpointing" : ""),
-                                 "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=2");
-    for (int r = 0; r < 2; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ":\n" << ranks[r].err;
-    std::vector<nlohmann::json> rows;
-    std::istringstream in(read_text(metrics));
-    for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
-    return std::make_pair(rows, ranks[0].err);
-  };
-  const auto [without, without_log] = run(false);
-  const auto [with, with_log] = run(true);
-  ASSERT_EQ(without.size(), 20u);
-  expect_same_trajectory(with, without);
-  EXPECT_NE(with_log.find("activation checkpointing: 80 checkpoints, 80 recomputes"), std::string::npos) << with_log;
+  const std::string moe = "--moe_experts 4 --moe_top_k 2 --ep_size 2 --moe_noisy_gate_policy Jitter "
+                          "--moe_loss_coeff 1.0";
+  const auto without = gpt_train_run(2, config, moe);
+  const auto with = gpt_train_run(2, config, moe + " --activation_checkpointing");
+  ASSERT_EQ(without.rows.size(), 20u);
+  expect_same_trajectory(with.rows, without.rows);
+  EXPECT_NE(with.log.find("activation checkpointing: 80 checkpoints, 80 recomputes"), std::string::npos) << with.log;
 }
 
 TEST(GptTrainMoE, TheFlagsRulesAreNamed) {

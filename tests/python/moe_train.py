@@ -5,11 +5,12 @@ MoE is DeepSpeed's dense formulas (moe_reference.py) over every expert: same ini
 rank's micro-batch is a chunk; the loop accumulates the chunks), AdamW and clipping. Rank 0 writes both per-step
 losses to OUT.
 
-    python3 moe_train.py [--mpu] [--bf16] [--zero_init] [--checkpointing]
+    python3 moe_train.py [--mpu TP] [--bf16] [--zero_init] [--checkpointing]
                          EP STAGE K RESIDUAL DROP STEPS OUT [SAVE_DIR [LOAD_DIR DATA_RANKS]]
                                                                              (torchrun's environment)
 
---mpu passes Megatron-DeepSpeed's kind of mpu at tensor-parallel size 1 (every rank its own tensor-parallel group);
+--mpu TP passes a Megatron-style mpu (tensor_parallel.py's) of tensor-parallel size TP — Megatron-DeepSpeed's MoE runs
+pass one at 1;
 --bf16 trains the engine in bf16 (the tokens cross the all-to-all in bf16), the reference staying in fp32;
 --zero_init builds the engine's model inside dscpp.zero.Init (ZeRO-3), which the experts' deep copies must survive;
 --checkpointing runs the engine's MoE layer inside dscpp.checkpointing.checkpoint (recomputed in backward, its
@@ -31,6 +32,7 @@ from dscpp.moe.layer import MoE
 from dscpp.moe.utils import split_params_into_different_moe_groups_for_optimizer
 
 import moe_reference
+from tensor_parallel import Mpu
 
 VOCAB, DIM, HIDDEN, EXPERTS, MICRO, SEQ = 32, 8, 16, 4, 2, 6
 LR, WD, CLIP, AUX = 1e-2, 0.01, 0.1, 0.01
@@ -105,23 +107,6 @@ def config(stage, grad_accum, world, bf16=False):
             "optimizer": {"type": "AdamW", "params": {"lr": LR, "weight_decay": WD}}}
 
 
-class SoloMpu:
-    """Megatron's parallel state at tensor-parallel size 1, as Megatron-DeepSpeed's MoE runs pass it."""
-
-    def __init__(self):
-        world, rank = dist.get_world_size(), dist.get_rank()
-        for r in range(world):  # every rank makes every group, as torch.distributed.new_group requires
-            group = dist.new_group([r])
-            if r == rank:
-                self.tensor = group
-
-    def get_tensor_model_parallel_group(self):
-        return self.tensor
-
-    def get_data_parallel_group(self):
-        return dist.group.WORLD
-
-
 def engine_losses(ep, stage, k, residual, drop, steps, save_dir, load_dir, mpu, bf16, zero_init, checkpointing=False):
     """DeepSpeed-MoE's script shape: MoE parameter groups, initialize, engine(batch) / backward / step. Run at world
     size 1 with load_dir, it accumulates over `data` micro-batches, as many as the saving run's ranks. Returns the
@@ -175,16 +160,21 @@ def reference_losses(k, residual, drop, steps, world):
 
 
 if __name__ == "__main__":
-    flags = {flag: flag in sys.argv for flag in ("--mpu", "--bf16", "--zero_init", "--checkpointing")}
+    tensor_parallel = None
+    if "--mpu" in sys.argv:
+        at = sys.argv.index("--mpu")
+        tensor_parallel = int(sys.argv[at + 1])
+        del sys.argv[at:at + 2]
+    flags = {flag: flag in sys.argv for flag in ("--bf16", "--zero_init", "--checkpointing")}
     sys.argv = [a for a in sys.argv if a not in flags]
     ep, stage, k, residual, drop, steps = (int(a) for a in sys.argv[1:7])
     out = sys.argv[7]
     save_dir = sys.argv[8] if len(sys.argv) > 8 and sys.argv[8] != "-" else None
     load_dir = sys.argv[9:11] if len(sys.argv) > 9 else None  # LOAD_DIR DATA_RANKS
     deepspeed.init_distributed()
-    result = engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir,
-                           SoloMpu() if flags["--mpu"] else None, flags["--bf16"], flags["--zero_init"],
-                           flags["--checkpointing"])
+    mpu = None if tensor_parallel is None else Mpu(tensor_parallel)
+    result = engine_losses(ep, stage, k, bool(residual), bool(drop), steps, save_dir, load_dir, mpu, flags["--bf16"],
+                           flags["--zero_init"], flags["--checkpointing"])
     if dist.get_rank() == 0:
         if not load_dir:
             result["reference"] = reference_losses(k, bool(residual), bool(drop), steps, dist.get_world_size())

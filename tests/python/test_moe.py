@@ -158,9 +158,16 @@ def test_a_deepspeed_moe_script_trains_as_one_process(world, ep, stage, k, resid
 
 def test_megatron_deepspeeds_mpu_at_tensor_parallel_size_1_trains_as_one_process(tmp_path):
     out = tmp_path / "losses.json"
-    run_ranks(2, ["moe_train.py", "--mpu", "2", "2", "2", "0", "1", "6", str(out)])
+    run_ranks(2, ["moe_train.py", "--mpu", "1", "2", "2", "2", "0", "1", "6", str(out)])
     result = json.loads(out.read_text())
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
+
+
+def test_ep2_under_tensor_parallelism_stops_naming_both_sizes(tmp_path):
+    with pytest.raises(pytest.fail.Exception) as failed:
+        run_ranks(4, ["moe_train.py", "--mpu", "2", "2", "2", "1", "0", "1", "2", str(tmp_path / "losses.json")])
+    message = "MoE layers with ep_size 2 under tensor parallelism (the mpu's tensor-parallel size is 2)"
+    assert str(failed.value).count(message) == 4, str(failed.value)  # every rank says why
 
 
 def test_built_inside_zero_init_the_experts_are_whole_copies_and_train_as_the_loop(tmp_path):

@@ -88,6 +88,8 @@ ratio() {
 }
 
 BUILD=${1:-build}
+# The interpreter the build is for (its torch is the one gpt-train links): the plain PyTorch baselines run under it.
+PYTHON=${PYTHON:-$(sed -n 's/^DSCPP_PYTHON:[A-Z]*=//p' "$BUILD/CMakeCache.txt" 2>/dev/null)}
 STEPS=${2:-${DEFAULT_STEPS:-10}}
 MODEL=${MODEL:-small}
 ROUNDS=${ROUNDS:-3}

@@ -90,7 +90,7 @@ git diff --quiet HEAD 2>/dev/null || commit+=" (with uncommitted changes)"
   echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit"
   echo "- CPU: $cpu; $(nproc) cores; SIMD: ${simd:-none of avx2/avx512}"
   echo "- memory: $mem; disk under /tmp: $(df -h --output=size,avail /tmp | tail -1 | awk '{print $1 " (" $2 " free)"}')"
-  echo "- LibTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?'), $(gcc -dumpfullversion 2>/dev/null | sed 's/^/gcc /')"
+  echo "- torch $("$(sed -n 's/^DSCPP_PYTHON:[A-Z]*=//p' "$BUILD/CMakeCache.txt")" -c 'import torch; print(torch.__version__)' 2>/dev/null || echo '?'), $(gcc -dumpfullversion 2>/dev/null | sed 's/^/gcc /')"
   echo "- total: $((total / 60)) min $((total % 60)) s"
   echo
   echo "| benchmark | command | stated | took | result |"

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs every Debian package the build needs, then configures and builds (Release-with-debug-info, ccache).
+# Installs what the build needs, then configures and builds (Release-with-debug-info, ccache).
 # Idempotent: re-running only rebuilds what changed. Usage: scripts/setup.sh [build-dir [target...|none]]
 # By default it builds what README's first command runs — the library, `dscpp`, `gpt-train` and the Python package
 # `dscpp` (build/python) — and not the tests and benchmarks (scripts/test.sh builds those: `scripts/setup.sh build all`).
 #
-# Another LibTorch (PyTorch 2.x's, with CUDA): Torch_DIR=<its share/cmake/Torch> scripts/setup.sh build-cuda, e.g.
-#   Torch_DIR=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')/Torch scripts/setup.sh build-cuda
-# Debian's libtorch-dev is then not installed; nccl.h is looked for in NCCL_HOME, CUDA_HOME and /usr/local/cuda.
-# On a machine without Debian's packages (the lent GPU machine) use scripts/device-build.sh instead.
+# torch is PyTorch from PyPI, the one our users have. The build uses the torch of the active Python (a virtual
+# environment's, or PYTHON=/path/to/python) when it is one we support (cmake/dscpp_torch.cmake names the range);
+# otherwise it makes .venv here (python3 -m venv) and installs the pinned torch into it, with what the Python tests
+# use. The pin is the torch of the lent GPU machine, whose PyPI wheel is built for CUDA 13.0 — the toolkit on our
+# machines — so the one wheel serves the CPU build here and the CUDA build there.
+# Debian's packages supply everything else (GoogleTest, CLI11, nlohmann-json, liburing, protobuf, Gloo's headers, …).
+# On the lent GPU machine (no Debian packages, no network) use scripts/device-build.sh instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${1:-build}
@@ -15,17 +18,16 @@ shift || true
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(dscpp_cli gpt-train dscpp_python)
 
+TORCH_PIN=2.11.0
+PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0)  # torchvision 0.26 is torch 2.11's
+
 PACKAGES=(build-essential cmake ccache git
-  libtorch-dev libopenblas0-openmp libgloo-dev
+  libgloo-dev  # ProcessGroupGloo.hpp's includes, which the torch wheel does not ship (docs/torch.md)
   nlohmann-json3-dev zlib1g-dev libcli11-dev libgtest-dev libgmock-dev
   liburing-dev libaio-dev protobuf-compiler libprotobuf-dev
-  python3-torch python3-dev pybind11-dev python3-pytest python3-torchvision  # the Python front end and its tests
+  python3-dev python3-venv  # the Python front end for Debian's python3, and .venv
   iproute2 openssh-server openssh-client  # tests/multinode: two hosts in network namespaces, the ssh launcher
-  time fio)  # the benchmarks: GNU time counts page faults, a plain PyTorch loop and fio are baselines
-if [ -n "${Torch_DIR:-}" ]; then
-  [ -f "$Torch_DIR/TorchConfig.cmake" ] || { echo "setup.sh: Torch_DIR=$Torch_DIR has no TorchConfig.cmake" >&2; exit 2; }
-  PACKAGES=("${PACKAGES[@]/libtorch-dev}")
-fi
+  time fio)  # the benchmarks: GNU time counts page faults, fio is a baseline
 missing=()
 for p in "${PACKAGES[@]}"; do
   [ -n "$p" ] || continue
@@ -37,7 +39,23 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# The interpreter: PYTHON if given, else the active python3 when its torch is supported, else .venv with the pin.
+supported='import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(not (2, 11) <= v < (2, 12))'
+if [ -n "${PYTHON:-}" ]; then
+  "$PYTHON" -c "$supported" || { echo "setup.sh: PYTHON=$PYTHON has no supported torch (>= 2.11, < 2.12)" >&2; exit 2; }
+elif command -v python3 >/dev/null && python3 -c "$supported" 2>/dev/null; then
+  PYTHON=$(python3 -c 'import sys; print(sys.executable)')
+else
+  PYTHON=$PWD/.venv/bin/python
+  [ -x "$PYTHON" ] || python3 -m venv .venv
+  if ! "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_PIN')" 2>/dev/null; then
+    "$PYTHON" -m pip install -q --disable-pip-version-check "torch==$TORCH_PIN"
+  fi
+  "$PYTHON" -m pip install -q --disable-pip-version-check "${PYTHON_TEST_PACKAGES[@]}"
+fi
+echo "setup.sh: building against torch $("$PYTHON" -c 'import torch; print(torch.__version__)') of $PYTHON"
+
 [ "${TARGETS[0]}" != none ] || exit 0  # "none": the packages only (scripts/test.sh --sanitize configures its own build)
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo ${Torch_DIR:+-DTorch_DIR="$Torch_DIR"}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_PYTHON="$PYTHON"
 cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"

@@ -17,7 +17,7 @@ gpt_train=("$BUILD/gpt-train" --no_progress --peak_tflops 1 --model "$MODEL" --s
   --deepspeed_config "$OUT/zero2.json")
 tuned=(env DSCPP_MALLOC_TUNING=1 OMP_NUM_THREADS=1 "${launch[@]}" 29641 "${gpt_train[@]}")
 glibc=(env DSCPP_MALLOC_TUNING=0 OMP_NUM_THREADS=1 "${launch[@]}" 29642 "${gpt_train[@]}")
-python=(env OMP_NUM_THREADS=1 "${launch[@]}" 29643 /usr/bin/python3 "$(dirname "$0")/../python_loop/gpt_loop.py"
+python=(env OMP_NUM_THREADS=1 "${launch[@]}" 29643 "$PYTHON" "$(dirname "$0")/../python_loop/gpt_loop.py"
   --model "$MODEL" --seq_len 128)
 
 echo "host malloc: gpt-train $MODEL, ZeRO-2, 2 processes, micro-batch 8 x seq 128, OMP_NUM_THREADS=1, $STEPS steps," \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/memory: bytes per rank after one training step, for stages 0-3 and N = 1, 2, 4 processes (gpt-train, bf16,
-# AdamW), three ways against SPEC §3.6's formulas for bf16 + Adam (stage 0: 16Ψ, stage 1: 4Ψ+12Ψ/N,
+# AdamW), three ways against zero/memory_estimate.h's formulas for bf16 + Adam (stage 0: 16Ψ, stage 1: 4Ψ+12Ψ/N,
 # stage 2: 2Ψ+14Ψ/N, stage 3: 16Ψ/N):
 #   ledger  the engine's model-state bytes (params, grads, fp32 master, Adam state), as it accounts them;
 #   live    what LibTorch's CPU allocator holds for live tensors (the counting allocator gpt-train installs before
@@ -32,7 +32,7 @@ JSON
     OMP_NUM_THREADS=1 "$BUILD/dscpp" launch --num_gpus "$n" --master_port $((29700 + 10 * stage + n)) \
       "$BUILD/gpt-train" --no_progress --peak_tflops 1 --model "$MODEL" --seq_len 16 --steps 1 \
       --deepspeed_config "$OUT/c.json" --metrics "$OUT/m.jsonl" 2>"$OUT/log.txt" || { cat "$OUT/log.txt"; exit 1; }
-    /usr/bin/python3 - "$OUT/m.jsonl" "$stage" "$n" "$psi" <<'PY'
+    python3 - "$OUT/m.jsonl" "$stage" "$n" "$psi" <<'PY'
 import json, sys
 line = json.loads(open(sys.argv[1]).readline())
 stage, n, psi = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])

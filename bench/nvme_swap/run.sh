@@ -20,7 +20,7 @@ fio_rate() {
   local size_mb=$((GIB * 1024 / $2))
   fio --name=disk --directory="$WORK" --size="${size_mb}m" --bs="$BLOCK" --iodepth="$DEPTH" --direct=1 \
     --ioengine=io_uring --rw="$1" --rwmixread=50 --numjobs="$2" --group_reporting --output-format=json 2>/dev/null \
-    | /usr/bin/python3 -c 'import json, sys; j = json.load(sys.stdin)["jobs"][0]
+    | python3 -c 'import json, sys; j = json.load(sys.stdin)["jobs"][0]
 print("%.3f" % ((j["read"]["bw_bytes"] + j["write"]["bw_bytes"]) / 1e9))'
   rm -f "$WORK"/disk.*
 }

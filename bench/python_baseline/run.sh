@@ -21,7 +21,7 @@ stage0=("${gpt_train[@]}" --deepspeed_config "$OUT/stage0.json")
 stage1=("${gpt_train[@]}" --deepspeed_config "$OUT/stage1.json")
 stage2=("${gpt_train[@]}" --deepspeed_config "$OUT/stage2.json")
 stage3=("${gpt_train[@]}" --deepspeed_config "$OUT/stage3.json")
-python=(env OMP_NUM_THREADS="$THREADS" /usr/bin/python3 "$(dirname "$0")/../python_loop/gpt_loop.py" --model "$MODEL"
+python=(env OMP_NUM_THREADS="$THREADS" "$PYTHON" "$(dirname "$0")/../python_loop/gpt_loop.py" --model "$MODEL"
   --seq_len 128)
 
 echo "python_baseline: gpt-train $MODEL, 1 process x $THREADS threads, micro-batch ${MICRO_BATCH:-8} x seq 128," \

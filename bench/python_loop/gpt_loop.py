@@ -1,9 +1,9 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """A plain PyTorch training loop for gpt-train's GPT: the baseline the engine's step time is compared with.
 
-Run with Debian's interpreter, which imports python3-torch (the same LibTorch 1.13 gpt-train links):
-    /usr/bin/python3 bench/python_loop/gpt_loop.py --model tiny --steps 20 --metrics loop.jsonl
-    build/dscpp launch --num_gpus 2 /usr/bin/python3 bench/python_loop/gpt_loop.py ...   # DDP over Gloo (fp32)
+Run with the interpreter the build is for (scripts/setup.sh's .venv: the torch gpt-train links):
+    .venv/bin/python bench/python_loop/gpt_loop.py --model tiny --steps 20 --metrics loop.jsonl
+    build/dscpp launch --num_gpus 2 .venv/bin/python bench/python_loop/gpt_loop.py ...   # DDP over Gloo (fp32)
 The model and data are gpt-train's, from examples/python/gpt.py: the same weights from the same seed (so the loss of
 the first step is gpt-train's), the embedded default corpus read from the same files, or --data.
 The optimizer is torch.optim.AdamW(foreach=True) on all parameters: lr 1e-3, weight decay 0.1, betas (0.9, 0.999),
@@ -28,7 +28,7 @@ from gpt import PRESETS, Gpt, load_tokens, rows  # noqa: E402  (examples/python,
 
 
 def average_fp32(grads):
-    """bf16 on several ranks, instead of DDP (Gloo in torch 1.13 reduces no bf16, DDP's first broadcast included):
+    """bf16 on several ranks, instead of DDP (written when torch 1.13's Gloo reduced no bf16; kept so figures compare):
     average the fp32 master gradients after backward, in one flattened all_reduce."""
     flat = torch._utils._flatten_dense_tensors(grads).div_(torch.distributed.get_world_size())
     torch.distributed.all_reduce(flat)

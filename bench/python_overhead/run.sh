@@ -13,8 +13,8 @@ for stage in 0 2 3; do zero_config "$stage" >"$OUT/stage$stage.json"; done
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 export PYTHONPATH="$BUILD/python${PYTHONPATH:+:$PYTHONPATH}"
 
-example=(/usr/bin/python3 "$ROOT/examples/python/train_gpt.py" --model "$MODEL" --seq_len 128)
-loop=(/usr/bin/python3 "$ROOT/bench/python_loop/gpt_loop.py" --model "$MODEL" --seq_len 128)
+example=("$PYTHON" "$ROOT/examples/python/train_gpt.py" --model "$MODEL" --seq_len 128)
+loop=("$PYTHON" "$ROOT/bench/python_loop/gpt_loop.py" --model "$MODEL" --seq_len 128)
 stage0=("${example[@]}" --deepspeed_config "$OUT/stage0.json")
 stage2=("${example[@]}" --deepspeed_config "$OUT/stage2.json")
 stage3=("${example[@]}" --deepspeed_config "$OUT/stage3.json")

@@ -26,6 +26,7 @@
 #   [LR=2e-6] [WARMUP=2] [WARMUP_MIN_LR=LR/2] [BATCH=8] [PLAIN=1] bench/scale_demo/run.sh [BUILD_DIR] [NVME_DIR] [STEPS] [N_LAYER] [N_EMBD]
 set -euo pipefail
 build=${1:-build}
+PYTHON=${PYTHON:-$(sed -n 's/^DSCPP_PYTHON:[A-Z]*=//p' "$build/CMakeCache.txt" 2>/dev/null)}  # the build's torch
 nvme_root=${2:-/tmp/dscpp_scale}
 steps=${3:-4}
 n_layer=${4:-32}
@@ -72,10 +73,10 @@ rm -rf "${nvme:?}"/*  # the swap files: the baseline needs the page cache they h
 plain_run() {  # DEPTH [prlimit args...]
   local depth=$1
   shift
-  "$@" env OMP_NUM_THREADS="$(nproc)" /usr/bin/python3 "$(dirname "$0")/../python_loop/gpt_loop.py" --model gpt2-xl \
+  "$@" env OMP_NUM_THREADS="$(nproc)" "$PYTHON" "$(dirname "$0")/../python_loop/gpt_loop.py" --model gpt2-xl \
     --no_foreach --n_layer "$depth" --n_embd "$n_embd" --n_head "$n_head" --seq_len 32 --micro_batch "$batch" \
     --steps 2 --lr "$lr" --metrics "$nvme/plain$depth.jsonl" >"$nvme/plain$depth.log" 2>&1 || return 1
-  /usr/bin/python3 -c 'import json, sys; m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+  python3 -c 'import json, sys; m = json.loads(open(sys.argv[1]).read().splitlines()[-1])
 print(m["peak_rss_bytes"], m["vm_peak_bytes"])' "$nvme/plain$depth.jsonl"
 }
 read -r rss1 vm1 < <(plain_run 1) || { echo "the plain loop failed at 1 block:"; tail -5 "$nvme/plain1.log"; exit 1; }

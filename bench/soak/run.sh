@@ -32,7 +32,7 @@ OMP_NUM_THREADS=1 prlimit --as=$((8 << 30)) "$BUILD/dscpp" launch --num_gpus 2 -
   { tail -20 "$OUT/log"; exit 1; }
 echo "ran $STEPS steps in $(( $(date +%s) - start )) s"
 [ -z "${KEEP:-}" ] || cp "$OUT/metrics.jsonl" "$KEEP"
-/usr/bin/python3 - "$OUT/metrics.jsonl" "$WARMUP" <<'PY'
+python3 - "$OUT/metrics.jsonl" "$WARMUP" <<'PY'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 warmup = int(sys.argv[2])

@@ -21,7 +21,7 @@ gpt_train=("$BUILD/gpt-train" --no_progress --peak_tflops 1 --model "$MODEL" --s
 stage2=("${launch[@]}" 29651 "${gpt_train[@]}" --deepspeed_config "$OUT/stage2.json")
 stage3=("${launch[@]}" 29652 "${gpt_train[@]}" --deepspeed_config "$OUT/stage3.json")
 stage3_noprefetch=("${launch[@]}" 29653 "${gpt_train[@]}" --deepspeed_config "$OUT/stage3_noprefetch.json")
-python=("${launch[@]}" 29654 /usr/bin/python3 "$(dirname "$0")/../python_loop/gpt_loop.py" --model "$MODEL" --seq_len 128)
+python=("${launch[@]}" 29654 "$PYTHON" "$(dirname "$0")/../python_loop/gpt_loop.py" --model "$MODEL" --seq_len 128)
 
 wait_per_step() {  # gather_wait_s accumulated over steps 4..N, per step
   awk -v n="$STEPS" 'NR == 3 { s = $0 } END { e = $0

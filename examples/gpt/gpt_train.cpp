@@ -177,38 +177,15 @@ void add_flags(CLI::App& app, Args& a) {
   gpt::add_auto_flags(app, a.autos);
 }
 
-dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size, const torch::Device& device, int rank) {
+dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
   dscpp::ConfigOptions options;
   options.world_size = world_size;
   options.auto_values = gpt::auto_values(a.autos, a.steps, hidden_size);
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
-  auto parse = [&] {
-    return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
-                                      : dscpp::Config::from_file(a.deepspeed_config, options);
-  };
-  dscpp::Config config = parse();
-  // Configs written for GPUs say fp16; a CPU LibTorch without fp16 matmuls trains them in bf16 (the same 16-bit
-  // memory, no loss scaling needed) and says so once. Asking for fp16 with the flag stays an error.
-  if (config.fp16.enabled && device.is_cpu() && !dscpp::compat::kCpuHalfMatmul) {
-    if (a.autos.fp16) {
-      throw std::invalid_argument("--fp16: this LibTorch (" + dscpp::compat::torch_version() +
-                                  ", CPU) has no fp16 matmul; use --bf16 on CPU");
-    }
-    if (rank == 0) {
-      // bf16 needs no loss scaling, so the fp16 section's scaler settings stop mattering: say which.
-      std::cerr << "[gpt-train] fp16.enabled: this LibTorch (" << dscpp::compat::torch_version()
-                << ", CPU) has no fp16 matmul, so this run trains in bf16 (fp16.enabled false, bf16.enabled true); "
-                   "bf16 needs no loss scaling, so fp16.loss_scale, initial_scale_power, loss_scale_window, "
-                   "hysteresis and min_loss_scale have no effect"
-                << std::endl;
-    }
-    options.overrides["fp16.enabled"] = false;
-    options.overrides["bf16.enabled"] = true;
-    config = parse();
-  }
-  return config;
+  return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
+                                    : dscpp::Config::from_file(a.deepspeed_config, options);
 }
 
 // A layout size: the flag, else the config file's `section.key` (read ahead of the parse, which needs the
@@ -389,7 +366,7 @@ int run(const Args& a) {
                                          topology);
   }
   const int dp = topology.data(), dp_rank = groups ? groups->data->rank() : rank;
-  const auto config = load_config(a, dp, model_cfg.n_embd, device, rank);
+  const auto config = load_config(a, dp, model_cfg.n_embd);
   const auto moe = moe_settings(a, tp, pp);
 
   // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block

@@ -1,7 +1,7 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Train gpt-train's GPT from Python the way a DeepSpeed script does — `import dscpp as deepspeed` is the only change.
 
-    PYTHONPATH=build/python /usr/bin/python3 examples/python/train_gpt.py --model tiny --steps 50
+    PYTHONPATH=build/python .venv/bin/python examples/python/train_gpt.py --model tiny --steps 50
     build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --deepspeed_config ds.json --save_dir ckpt
     build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --moe_experts 4 --moe_top_k 2 --ep_size 2
 

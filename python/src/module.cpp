@@ -139,11 +139,11 @@ PYBIND11_MODULE(_C, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ConfigError& e) {
-      config_error(e.what());
+      py::set_error(config_error, e.what());
     } catch (const CheckpointError& e) {
-      checkpoint_error(e.what());
+      py::set_error(checkpoint_error, e.what());
     } catch (const CommError& e) {
-      comm_error(e.what());
+      py::set_error(comm_error, e.what());
     }
   });
 

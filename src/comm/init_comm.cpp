@@ -131,14 +131,14 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     throw fail("connecting the Gloo process group (bound to " + bound + ") failed: " +
                connect_failure(env, c10 ? c10->what_without_backtrace() : e.what()));
   }
-  BackendFeatures features;
+  auto comm = std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, stream_prefix(env),
+                                                 gloo_factory(options));
+  // One collective while the watch still runs: past it every rank has connected, not only this one.
   try {
-    features = probe_features(*group, env.world_size);
+    comm->barrier();
   } catch (const std::exception& e) {
-    throw fail("the start-up collective failed: " + std::string(e.what()) + ". A peer rank probably died; see its log");
+    throw fail("the start-up collective failed: " + std::string(e.what()));
   }
-  auto comm = std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, features,
-                                                 stream_prefix(env), gloo_factory(options));
   if (env.cross_size > 1) {
     try {
       comm->set_nodes(exchange_nodes(*store, env, address), env.cross_rank);
@@ -156,14 +156,12 @@ GroupFactory nccl_factory(c10::intrusive_ptr<c10d::ProcessGroupNCCL::Options> op
   };
 }
 
-// NCCL does bf16, reduce-scatter and flat all-gather natively. Tensors must live on this rank's GPU (the engine
-// puts them on cuda:local_rank).
+// Tensors must live on this rank's GPU (the engine puts them on cuda:local_rank).
 std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10d::Store>& store) {
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = env.timeout;
   auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-  return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size,
-                                            BackendFeatures{true, true, true}, stream_prefix(env),
+  return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size, stream_prefix(env),
                                             nccl_factory(options));
 }
 #endif
@@ -206,11 +204,9 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
   }
   const int rank = group->getRank();
   const int world_size = group->getSize();
-  auto base = compat::backend_of(group, backend == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+  // The group dispatches to one Backend per device type: ours runs the collectives of that device.
+  auto base = group->getBackend(backend == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key_prefix, store);
-  // NCCL has every feature natively; Gloo's are probed, as init_comm does.
-  const BackendFeatures features = backend == "nccl" ? BackendFeatures{true, true, true}
-                                                     : probe_features(*base, world_size);
   // Sub-groups as init_comm's would be made, from the job's environment (torchrun's, which the group was made from).
   GroupFactory factory;
   if (backend == "gloo") {
@@ -228,8 +224,7 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
     factory = nccl_factory(options);
   }
 #endif
-  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, features, key_prefix,
-                                            std::move(factory));
+  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, key_prefix, std::move(factory));
 }
 
 }  // namespace dscpp

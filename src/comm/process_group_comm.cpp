@@ -1,12 +1,6 @@
-// ProcessGroupComm: collectives over a c10d process group, with the fallbacks for what its Gloo lacks.
-// Fallbacks (used where probe_features() found no native support):
-//   bf16 reductions  -> reduce an fp32 copy, convert back in wait() (exact for sums that fit bf16's 8-bit mantissa
-//                       after the fp32 sum; rounding once at the end, as NCCL's bf16 does not);
-//   bf16 movement    -> all_gather/broadcast reinterpret bf16 bits as fp16 (same width, no arithmetic, exact);
-//   reduce_scatter   -> all_reduce a copy of the input, copy this rank's chunk out in wait() (W× the traffic of a
-//                       ring reduce-scatter's share, still one collective);
-// The copies live in buffers from a StagingPool, reused call after call (a fresh one per call faults every page in).
-//   _allgather_base  -> allgather into world_size views of the flat output (Gloo copies into the views).
+// ProcessGroupComm: collectives over a c10d process group. Every collective is the backend's own (torch 2.11's Gloo
+// reduces bf16 and has _reduce_scatter_base and _allgather_base; NCCL has all of them): this layer adds the checks,
+// the Handles that can be interrupted, and errors that name the rank, the collective and the node lost.
 #include "process_group_comm.h"
 
 #include <algorithm>
@@ -85,23 +79,16 @@ void check_same_dtype(const char* op, const torch::Tensor& output, const torch::
                                 " but input is " + dtype_name(input.scalar_type()) + "; they must match");
 }
 
-// Bits of a bf16 tensor seen as fp16: same element size, so Gloo moves them without touching the values.
-torch::Tensor movable(const torch::Tensor& t, bool native_bf16) {
-  return (t.scalar_type() == torch::kBFloat16 && !native_bf16) ? t.view(torch::kHalf) : t;
-}
-
 }  // namespace
 
-ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group,
-                                   c10::intrusive_ptr<c10d::Store> store, std::string backend, int rank,
-                                   int world_size, BackendFeatures features, std::string stream_prefix,
+ProcessGroupComm::ProcessGroupComm(c10::intrusive_ptr<c10d::Backend> group, c10::intrusive_ptr<c10d::Store> store,
+                                   std::string backend, int rank, int world_size, std::string stream_prefix,
                                    GroupFactory make_group)
     : group_(std::move(group)),
       store_(std::move(store)),
       backend_(std::move(backend)),
       rank_(rank),
       world_size_(world_size),
-      features_(features),
       stream_prefix_(std::move(stream_prefix)),
       make_group_(std::move(make_group)) {}
 
@@ -114,8 +101,8 @@ std::string ProcessGroupComm::prefix() const {
 // Keys "dscpp/side/<call mod 4>/<rank>". A rank deletes its own key of call k-2 during call k, so the store holds at
 // most a few calls' keys. That is safe: any rank r read our key of call k-2 during its call k-2, before it set its key
 // of call k-1; and we finished call k-1 only after reading r's key of call k-1. The names are reused mod 4, because
-// LibTorch 1.13's TCPStore keeps about 125 bytes for every key name it has seen, deleted or not (measured: 20,000
-// distinct keys grew the store's process by 2.5 MB; 8 reused names, not at all). Reuse is safe: call k's name last
+// a TCPStore may keep memory for every key name it has seen, deleted or not (measured on torch 1.13's: about 125
+// bytes a name; 20,000 distinct keys grew the store's process by 2.5 MB, 8 reused names not at all). Reuse is safe: call k's name last
 // named call k-4's key, which its rank deleted at the end of its call k-2 — before it set its key of call k-1, which
 // any reader of call k has read.
 std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t>& values) {
@@ -143,10 +130,6 @@ std::vector<int64_t> ProcessGroupComm::side_all_gather(const std::vector<int64_t
                     ". A peer rank probably died or is stuck; see its log.");
   }
   return all;
-}
-
-bool ProcessGroupComm::widen(const torch::Tensor& t) const {
-  return t.scalar_type() == torch::kBFloat16 && !features_.bf16;
 }
 
 namespace {
@@ -181,7 +164,7 @@ void ProcessGroupComm::set_nodes(std::vector<JobNode> nodes, int mine) {
   my_node_ = mine;
 }
 
-Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std::function<void()> finish) {
+Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue) {
   fault::kill_point("comm.collective");
   c10::intrusive_ptr<c10d::Work> work;
   try {
@@ -206,7 +189,7 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
       interrupt->changed.notify_all();
     });
   }
-  return Handle([work, future, interrupt = interrupt_, context, finish = std::move(finish), nodes = nodes_,
+  return Handle([work, future, interrupt = interrupt_, context, nodes = nodes_,
                  mine = my_node_] {
     if (future) {
       std::unique_lock<std::mutex> lock(interrupt->mutex);
@@ -219,7 +202,6 @@ Handle ProcessGroupComm::launch(const std::string& what, const Issue& issue, std
       const std::string why = reason(e);
       throw CommError(context + " failed: " + why + blame(why, nodes.get(), mine));
     }
-    if (finish) finish();
   });
 }
 
@@ -250,15 +232,13 @@ std::shared_ptr<Comm> ProcessGroupComm::split(int color, int key) {
   auto store = c10::make_intrusive<c10d::PrefixStore>(name, store_);
   const std::string me = prefix() + "split #" + std::to_string(index) + " (color " + std::to_string(color) + ", " +
                          std::to_string(size) + " ranks): ";
-  c10::intrusive_ptr<compat::ProcessGroupBase> group;
-  BackendFeatures features{true, true, true};
+  c10::intrusive_ptr<c10d::Backend> group;
   try {
     group = make_group_(store, rank, size);
-    if (backend_ == "gloo") features = probe_features(*group, size);
   } catch (const std::exception& e) {
     throw CommError(me + "connecting the group failed: " + reason(e) + ". A peer rank probably died; see its log.");
   }
-  return std::make_shared<ProcessGroupComm>(group, store, backend_, rank, size, features, name + "/", make_group_);
+  return std::make_shared<ProcessGroupComm>(group, store, backend_, rank, size, name + "/", make_group_);
 }
 
 c10d::TCPStore* tcp_store_under(c10d::Store* store) {
@@ -329,9 +309,9 @@ class StoreSideStream final : public SideStream {
   }
 
  private:
-  // Record i's key is named by i mod kSlots: LibTorch 1.13's TCPStore keeps about 125 bytes for every key name it has
-  // seen, deleted or not, and ZeRO-3's order check posts a record per gather — unique names grew rank 0 (the store's
-  // host) by 2.8 KB a step (bench/soak). A name is reused only once its reader has deleted the record before.
+  // Record i's key is named by i mod kSlots: a TCPStore may keep memory for every key name it has seen, deleted or
+  // not (torch 1.13's kept about 125 bytes a name), and ZeRO-3's order check posts a record per gather — unique names
+  // grew rank 0 (the store's host) by 2.8 KB a step there (bench/soak). A name is reused only once its reader has deleted the record before.
   static constexpr int64_t kSlots = 1024;
   std::string key(int64_t index, int from, int to) const {
     return name_ + "/" + std::to_string(index % kSlots) + "/" + std::to_string(from) + "/" + std::to_string(to);
@@ -381,18 +361,8 @@ Handle ProcessGroupComm::all_reduce(torch::Tensor& tensor, ReduceOp op) {
   if (tensor.numel() == 0 || world_size_ == 1) return {};
   c10d::AllreduceOptions options;
   options.reduceOp = to_c10d(op);
-  const std::string what = describe("all_reduce", tensor);
-  if (widen(tensor)) {
-    std::vector<at::Tensor> wide{staging_->take(tensor.numel(), torch::kFloat, tensor.device())};
-    wide[0].copy_(tensor.reshape({-1}));
-    return launch(what, [&] { return group_->allreduce(wide, options); },
-                  [tensor, wide = wide[0], pool = staging_]() mutable {
-                    tensor.copy_(wide.view(tensor.sizes()));
-                    pool->give_back(wide);
-                  });
-  }
   std::vector<at::Tensor> tensors{tensor};
-  return launch(what, [&] { return group_->allreduce(tensors, options); });
+  return launch(describe("all_reduce", tensor), [&] { return group_->allreduce(tensors, options); });
 }
 
 Handle ProcessGroupComm::reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op) {
@@ -409,38 +379,11 @@ Handle ProcessGroupComm::reduce_scatter(torch::Tensor& output, const torch::Tens
     output.copy_(input.view_as(output));
     return {};
   }
-  const std::string what = describe("reduce_scatter", input);
-  const bool wide = widen(input);
-  at::Tensor flat_out = output.view({-1});
-  if (features_.reduce_scatter) {
-    c10d::ReduceScatterOptions options;
-    options.reduceOp = to_c10d(op);
-    if (!wide) {
-      at::Tensor in = input.view({-1});
-      return launch(what, [&] { return group_->_reduce_scatter_base(flat_out, in, options); });
-    }
-    at::Tensor in = staging_->take(input.numel(), torch::kFloat, input.device());
-    in.copy_(input.reshape({-1}));
-    at::Tensor out = staging_->take(n, torch::kFloat, input.device());
-    return launch(what, [&] { return group_->_reduce_scatter_base(out, in, options); },
-                  [flat_out, in, out, pool = staging_]() mutable {
-                    flat_out.copy_(out);
-                    pool->give_back(in);
-                    pool->give_back(out);
-                  });
-  }
-  c10d::AllreduceOptions options;
+  c10d::ReduceScatterOptions options;
   options.reduceOp = to_c10d(op);
-  // all_reduce works in place and `input` is the caller's: reduce a copy (an fp32 one when widening), in a pooled
-  // buffer rather than a fresh one (see StagingPool).
-  std::vector<at::Tensor> buffer{staging_->take(input.numel(), wide ? torch::kFloat : input.scalar_type(), input.device())};
-  buffer[0].copy_(input.reshape({-1}));
-  const int64_t offset = static_cast<int64_t>(rank_) * n;
-  return launch(what, [&] { return group_->allreduce(buffer, options); },
-                [flat_out, full = buffer[0], offset, n, pool = staging_]() mutable {
-                  flat_out.copy_(full.narrow(0, offset, n));
-                  pool->give_back(full);
-                });
+  at::Tensor out = output.view({-1});
+  at::Tensor in = input.view({-1});
+  return launch(describe("reduce_scatter", input), [&] { return group_->_reduce_scatter_base(out, in, options); });
 }
 
 Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& input) {
@@ -457,26 +400,9 @@ Handle ProcessGroupComm::all_gather(torch::Tensor& output, const torch::Tensor& 
     if (!output.is_same(input)) output.copy_(input.view_as(output));
     return {};
   }
-  const std::string what = describe("all_gather", input);
-  at::Tensor in = movable(input, features_.bf16).view({-1});
-  at::Tensor out = movable(output, features_.bf16).view({-1});
-  if (features_.allgather_base) return launch(what, [&] { return group_->_allgather_base(out, in); });
-  // Without _allgather_base, Gloo's allgather gathers into a temporary as large as the whole output and copies it
-  // out: for ZeRO-3 a block-sized heap buffer on every gather, whose holes glibc keeps resident. Broadcasting each
-  // rank's slice straight into place moves the same bytes with no temporary.
-  auto own = out.narrow(0, static_cast<int64_t>(rank_) * n, n);
-  if (!own.is_same(in)) own.copy_(in);
-  std::vector<Handle> slices;
-  for (int r = 0; r < world_size_; ++r) {
-    c10d::BroadcastOptions options;
-    options.rootRank = r;
-    options.rootTensor = 0;
-    std::vector<at::Tensor> slice{out.narrow(0, static_cast<int64_t>(r) * n, n)};
-    slices.push_back(launch(what, [&] { return group_->broadcast(slice, options); }));
-  }
-  return Handle([slices = std::move(slices)]() mutable {
-    for (auto& slice : slices) slice.wait();
-  });
+  at::Tensor in = input.view({-1});
+  at::Tensor out = output.view({-1});
+  return launch(describe("all_gather", input), [&] { return group_->_allgather_base(out, in); });
 }
 
 Handle ProcessGroupComm::all_to_all(torch::Tensor& output, const torch::Tensor& input) {
@@ -493,10 +419,9 @@ Handle ProcessGroupComm::all_to_all(torch::Tensor& output, const torch::Tensor& 
     if (!output.is_same(input)) output.copy_(input.view_as(output));
     return {};
   }
-  // Tokens move, nothing is added: bf16 goes as fp16 bits where the backend lacks bf16. Empty split lists mean
-  // equal chunks.
-  at::Tensor in = movable(input, features_.bf16).view({-1});
-  at::Tensor out = movable(output, features_.bf16).view({-1});
+  // Empty split lists mean equal chunks.
+  at::Tensor in = input.view({-1});
+  at::Tensor out = output.view({-1});
   std::vector<int64_t> equal;
   return launch(describe("all_to_all", input), [&] { return group_->alltoall_base(out, in, equal, equal); });
 }
@@ -508,13 +433,12 @@ void ProcessGroupComm::check_peer(const char* op, int peer) const {
   }
 }
 
-// Point to point moves bits, never adds them: bf16 goes as fp16 bits where the backend lacks bf16.
 Handle ProcessGroupComm::point_to_point(bool sending, const torch::Tensor& tensor, int peer, int tag) {
   const char* op = sending ? "send" : "recv";
   check_dense(op, "tensor", tensor);
   check_peer(op, peer);
   if (tensor.numel() == 0) return {};
-  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
+  std::vector<at::Tensor> tensors{tensor};
   return launch(describe(op, tensor) + (sending ? " to rank " : " from rank ") + std::to_string(peer), [&] {
     return sending ? group_->send(tensors, peer, tag) : group_->recv(tensors, peer, tag);
   });
@@ -537,13 +461,13 @@ Handle ProcessGroupComm::broadcast(torch::Tensor& tensor, int root) {
   c10d::BroadcastOptions options;
   options.rootRank = root;
   options.rootTensor = 0;
-  std::vector<at::Tensor> tensors{movable(tensor, features_.bf16)};
+  std::vector<at::Tensor> tensors{tensor};
   return launch(describe("broadcast", tensor), [&] { return group_->broadcast(tensors, options); });
 }
 
-// A one-element all_reduce, not c10d's barrier: 1.13's Gloo barrier also waits on every earlier Work still held by
-// its worker threads and rethrows their errors, so a failed feature probe (or any Work whose Handle already threw)
-// could fail a later, healthy barrier.
+// A one-element all_reduce, not c10d's barrier: Gloo's barrier also waits on every earlier Work still held by its
+// worker threads and rethrows their errors, so any Work whose Handle already threw could fail a later, healthy
+// barrier.
 void ProcessGroupComm::barrier() {
   if (world_size_ == 1) return;
   // NCCL reduces CUDA tensors only: there the token lives on this rank's current GPU (the engine made it current).
@@ -551,51 +475,6 @@ void ProcessGroupComm::barrier() {
   if (backend_ == "nccl") options = options.device(c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice());
   std::vector<at::Tensor> token{torch::zeros({1}, options)};
   launch("barrier", [&] { return group_->allreduce(token); }).wait();
-}
-
-namespace {
-
-// Runs one probe collective; false when the backend refuses it (synchronously or from the Work) or gets it wrong.
-bool probe(const std::function<bool()> attempt) {
-  try {
-    return attempt();
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-}  // namespace
-
-BackendFeatures probe_features(compat::ProcessGroupBase& group, int world_size) {
-  const double w = world_size;
-  const bool bf16 = probe([&] {
-    std::vector<at::Tensor> t{torch::ones({1}, torch::kBFloat16)};
-    group.allreduce(t)->wait();
-    return t[0].item<double>() == w;
-  });
-  const bool reduce_scatter = probe([&] {
-    at::Tensor in = torch::ones({world_size}, torch::kFloat);
-    at::Tensor out = torch::zeros({1}, torch::kFloat);
-    group._reduce_scatter_base(out, in)->wait();
-    return out.item<double>() == w;
-  });
-  const bool allgather_base = probe([&] {
-    at::Tensor in = torch::ones({1}, torch::kFloat);
-    at::Tensor out = torch::zeros({world_size}, torch::kFloat);
-    group._allgather_base(out, in)->wait();
-    return out.sum().item<double>() == w;
-  });
-  // A probe can only fail alike on every rank (the refusal comes before any traffic), but agree anyway: a rank
-  // taking a different path would pair mismatched collectives.
-  std::vector<at::Tensor> agreed{torch::tensor({int64_t{bf16}, int64_t{reduce_scatter}, int64_t{allgather_base}})};
-  c10d::AllreduceOptions min;
-  min.reduceOp = c10d::ReduceOp::MIN;
-  group.allreduce(agreed, min)->wait();
-  BackendFeatures features;
-  features.bf16 = agreed[0][0].item<int64_t>() != 0;
-  features.reduce_scatter = agreed[0][1].item<int64_t>() != 0;
-  features.allgather_base = agreed[0][2].item<int64_t>() != 0;
-  return features;
 }
 
 }  // namespace dscpp

@@ -1,6 +1,5 @@
 // ProcessGroupComm: the Comm over a c10d process group (Gloo on CPU, NCCL on GPU). It turns c10d Works into
-// Handles, c10d/Gloo exceptions into CommErrors that name the rank and the collective, and hides what the
-// LibTorch's Gloo lacks (see BackendFeatures) behind fallbacks, so callers see one behaviour on every LibTorch.
+// Handles, and c10d/Gloo exceptions into CommErrors that name the rank and the collective.
 #pragma once
 
 #include <condition_variable>
@@ -13,17 +12,8 @@
 
 #include "c10d_headers.h"
 #include "dscpp/comm/comm.h"
-#include "staging_pool.h"
 
 namespace dscpp {
-
-// What the backend does natively; everything else goes through a fallback in ProcessGroupComm.
-// Debian's 1.13 Gloo has none of these; PyTorch 2.x's Gloo gained them release by release; NCCL has all three.
-struct BackendFeatures {
-  bool bf16 = false;            // arithmetic on bfloat16 (else: reduce in an fp32 temporary, convert back in wait)
-  bool reduce_scatter = false;  // _reduce_scatter_base (else: all_reduce a copy, keep this rank's chunk in wait)
-  bool allgather_base = false;  // _allgather_base into one flat tensor (else: allgather into views of the output)
-};
 
 // One node of a job on several hosts, as a failed collective's error names it.
 struct JobNode {
@@ -36,17 +26,16 @@ struct JobNode {
 
 // Makes a process group of `size` ranks over `store`, this one `rank` of them, with the backend and settings of the
 // comm that holds the factory (Gloo's devices and timeout, NCCL's options): split()'s sub-groups.
-using GroupFactory = std::function<c10::intrusive_ptr<compat::ProcessGroupBase>(
+using GroupFactory = std::function<c10::intrusive_ptr<c10d::Backend>(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)>;
 
 class ProcessGroupComm final : public Comm {
  public:
-  // `store` is kept alive as long as the group (rank 0 hosts it). `features` must be identical on every rank.
+  // `store` is kept alive as long as the group (rank 0 hosts it).
   // `stream_prefix` names this comm's side streams and sub-groups in the store (make_comm_over's key_prefix): comms
   // over one store must use different ones. `make_group` makes split()'s groups.
-  ProcessGroupComm(c10::intrusive_ptr<compat::ProcessGroupBase> group, c10::intrusive_ptr<c10d::Store> store,
-                   std::string backend, int rank, int world_size, BackendFeatures features,
-                   std::string stream_prefix, GroupFactory make_group);
+  ProcessGroupComm(c10::intrusive_ptr<c10d::Backend> group, c10::intrusive_ptr<c10d::Store> store,
+                   std::string backend, int rank, int world_size, std::string stream_prefix, GroupFactory make_group);
   // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
   // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
   ~ProcessGroupComm() override;
@@ -54,7 +43,6 @@ class ProcessGroupComm final : public Comm {
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string backend() const override { return backend_; }
-  const BackendFeatures& features() const { return features_; }
 
   Handle all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) override;
   Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op = ReduceOp::kSum) override;
@@ -81,20 +69,18 @@ class ProcessGroupComm final : public Comm {
     std::exception_ptr error;
   };
   using Issue = std::function<c10::intrusive_ptr<c10d::Work>()>;
-  // Starts a collective (`issue`) and returns a Handle whose wait() waits on the Work, then runs `finish` (the
-  // fallbacks' copy-out). `what` is e.g. "all_reduce of 7 x float32", used in error messages.
-  Handle launch(const std::string& what, const Issue& issue, std::function<void()> finish = nullptr);
+  // Starts a collective (`issue`) and returns a Handle whose wait() waits on the Work. `what` is e.g. "all_reduce of
+  // 7 x float32", used in error messages.
+  Handle launch(const std::string& what, const Issue& issue);
   std::string prefix() const;
-  bool widen(const torch::Tensor& t) const;
   void check_peer(const char* op, int peer) const;
-  Handle point_to_point(bool sending, const torch::Tensor& tensor, int peer, int tag);  // send and recv  // bf16 arithmetic the backend cannot do: use an fp32 temporary
+  Handle point_to_point(bool sending, const torch::Tensor& tensor, int peer, int tag);  // send and recv
 
-  c10::intrusive_ptr<compat::ProcessGroupBase> group_;
+  c10::intrusive_ptr<c10d::Backend> group_;
   c10::intrusive_ptr<c10d::Store> store_;
   std::string backend_;
   int rank_;
   int world_size_;
-  BackendFeatures features_;
   int64_t side_calls_ = 0;  // side_all_gather calls so far: names its store keys
   std::string stream_prefix_;
   int64_t streams_ = 0;  // side streams opened so far: names their keys
@@ -103,16 +89,10 @@ class ProcessGroupComm final : public Comm {
   std::shared_ptr<Interrupt> interrupt_ = std::make_shared<Interrupt>();
   std::shared_ptr<const std::vector<JobNode>> nodes_;  // set_nodes; shared with pending Handles' error paths
   int my_node_ = 0;
-  // The fallbacks' temporaries; shared with pending Handles, which give their buffers back in wait().
-  std::shared_ptr<StagingPool> staging_ = std::make_shared<StagingPool>();
 };
 
 // The TCPStore under `store` and any PrefixStores around it, or nullptr (a store of another kind): where side streams
 // and the start-up watch open connections of their own.
 c10d::TCPStore* tcp_store_under(c10d::Store* store);
-
-// Probes which BackendFeatures `group` has with three one-element collectives and agrees on the answer across ranks
-// (a min-reduction), so every rank takes the same code path. Collective: every rank calls it at the same point.
-BackendFeatures probe_features(compat::ProcessGroupBase& group, int world_size);
 
 }  // namespace dscpp

@@ -99,11 +99,13 @@ c10::intrusive_ptr<c10d::Store> rendezvous(const DistEnv& env) {
   options.isServer = env.rank == 0 && !env.agent_store;  // torchrun's agent may already serve it
   options.waitWorkers = false;  // we count arrivals ourselves, to name the missing ranks
   options.timeout = env.timeout;
-  // Rank 0's store answers on every interface, but the others come to MASTER_ADDR: one this host lacks would leave them
-  // knocking until the timeout while rank 0 waits for them.
-  if (options.isServer) require_local_address(env.master_addr, me);
-  if (compat::kStoreAdoptsListenSocket && options.isServer)
-    compat::adopt_listen_socket(options, listen_on(env.master_addr, env.master_port));
+  // The others come to MASTER_ADDR: an address this host lacks would leave them knocking until the timeout while rank
+  // 0 waits for them. The store listens on that address only (docs/security.md): c10d's TCPStore would listen on
+  // every interface, so it adopts a socket we bound ourselves.
+  if (options.isServer) {
+    require_local_address(env.master_addr, me);
+    options.masterListenFd = listen_on(env.master_addr, env.master_port);
+  }
 
   c10::intrusive_ptr<c10d::Store> store;
   try {

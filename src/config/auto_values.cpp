@@ -1,5 +1,5 @@
 // "auto": HF Trainer arguments mapped onto dotted config paths (as HF's deepspeed integration does), the fill
-// pass that runs before parsing, and the error for an "auto" nothing filled (SPEC §9: fill or fail at load).
+// pass that runs before parsing, and the error for an "auto" nothing filled (fill or fail at load).
 #include <cmath>
 #include <utility>
 #include <vector>

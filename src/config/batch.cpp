@@ -1,4 +1,4 @@
-// The batch triangle (SPEC §3.1), solved as DeepSpeed's _set_batch_related_parameters does, but every error
+// The batch triangle, solved as DeepSpeed's _set_batch_related_parameters does, but every error
 // prints all four numbers so the user sees at once which side is off.
 #include "dscpp/config/batch.h"
 

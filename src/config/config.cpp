@@ -1,5 +1,5 @@
 // Config::from_json: overrides, aliases and "auto" first, then every section parsed and validated in one pass,
-// leaving `resolved` as the fully written-out document (SPEC §2).
+// leaving `resolved` as the fully written-out document.
 #include "dscpp/config/config.h"
 
 #include <fstream>

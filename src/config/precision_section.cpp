@@ -1,4 +1,4 @@
-// "fp16", "bf16" and "communication_data_type": the compute dtype and the loss-scaler options (SPEC §2, §3.3).
+// "fp16", "bf16" and "communication_data_type": the compute dtype and the loss-scaler options.
 #include "dscpp/config/config_error.h"
 #include "dscpp/config/sections.h"
 

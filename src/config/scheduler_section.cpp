@@ -1,4 +1,4 @@
-// "scheduler": {type, params} parsed into schedule/options.h with DeepSpeed's defaults (SPEC §3.5).
+// "scheduler": {type, params} parsed into schedule/options.h with DeepSpeed's defaults.
 #include "dscpp/config/config_error.h"
 #include "dscpp/config/sections.h"
 

@@ -1,4 +1,4 @@
-// "zero_optimization" (with its offload sub-sections) and "aio": ZeRO stage, buckets, offload policy (SPEC §3.6-7).
+// "zero_optimization" (with its offload sub-sections) and "aio": ZeRO stage, buckets, offload policy.
 #include "dscpp/config/config_error.h"
 #include "dscpp/config/sections.h"
 

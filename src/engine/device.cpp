@@ -20,8 +20,8 @@ torch::Device rank_device(const std::string& requested, int local_rank) {
     throw std::invalid_argument("device cuda: no GPU is visible to this process (check nvidia-smi and "
                                 "CUDA_VISIBLE_DEVICES); use cpu");
 #else
-    throw std::invalid_argument("device cuda: this build's LibTorch has no CUDA (build against a CUDA LibTorch: "
-                                "scripts/setup.sh with Torch_DIR, see the README); use cpu");
+    throw std::invalid_argument("device cuda: this build's torch has no CUDA (build against a CUDA torch wheel, "
+                                "docs/torch.md); use cpu");
 #endif
   }
   if (local_rank < 0) throw std::invalid_argument("device cuda: LOCAL_RANK is negative");

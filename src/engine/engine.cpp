@@ -619,7 +619,7 @@ void Engine::update(StepReport& report) {
     return;
   }
 
-  // Unscale and clip in one pass (SPEC §3.4).
+  // Unscale and clip in one pass.
   double coef = 1.0 / report.loss_scale;
   const double clip = config_.gradient_clipping;
   if (clip > 0 && report.grad_norm > clip) coef *= clip / (report.grad_norm + 1e-6);

@@ -15,6 +15,9 @@
 #include "dscpp/launcher/remote_env.h"
 
 namespace dscpp::launcher {
+
+std::string default_python() { return DSCPP_DEFAULT_PYTHON; }
+
 namespace {
 
 std::vector<std::string> split_words(const std::string& text) {

@@ -12,18 +12,17 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "dscpp/compat/torch_compat.h"
 
 namespace dscpp {
 namespace {
 
 void free_counted(void* data);
 
-class CountingAllocator final : public compat::WrappingAllocator {
+class CountingAllocator final : public c10::Allocator {
  public:
   explicit CountingAllocator(c10::Allocator* inner) : inner_(inner) {}
 
-  c10::DataPtr wrapped_allocate(size_t n) const override {
+  c10::DataPtr allocate(size_t n) override {
     c10::DataPtr inner = inner_->allocate(n);
     void* data = inner.get();
     const auto device = inner.device();
@@ -45,6 +44,10 @@ class CountingAllocator final : public compat::WrappingAllocator {
   }
 
   c10::DeleterFnPtr raw_deleter() const override { return &free_counted; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
 
   // Uncounts `data` and frees it through the wrapped allocator. A pointer not in the table was raw_allocate'd before
   // install (a DataPtr made then keeps its own deleter): it goes to the wrapped allocator's raw deleter, the one
@@ -74,7 +77,7 @@ class CountingAllocator final : public compat::WrappingAllocator {
   };
 
   c10::Allocator* inner_;
-  // mutable: LibTorch 1.13 allocates through a const method.
+  // mutable: release() and reset_peak() are const, as the free functions above hold the allocator by const pointer.
   mutable std::mutex mutex_;
   mutable std::unordered_map<void*, Live> live_;
   mutable std::atomic<int64_t> allocated_{0};

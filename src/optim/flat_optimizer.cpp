@@ -168,7 +168,7 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
                                 "\" is not supported yet (" + kSupported + ")");
   }
   if (numel < 0) throw std::invalid_argument("make_flat_optimizer: numel must be >= 0, got " + std::to_string(numel));
-  // Master weights and optimizer state are fp32 whatever the model's dtype (SPEC §3.3).
+  // Master weights and optimizer state are fp32 whatever the model's dtype.
   const torch::TensorOptions state_options = options.dtype(torch::kFloat32).requires_grad(false);
 
   return std::visit(

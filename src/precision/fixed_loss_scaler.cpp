@@ -12,7 +12,7 @@ namespace dscpp {
 namespace {
 
 // fp32/bf16 have the range not to need scaling, so an inf/nan gradient is a real divergence: stop and say
-// where, instead of silently skipping steps forever (SPEC §8).
+// where, instead of silently skipping steps forever.
 class UnitLossScaler final : public LossScaler {
  public:
   double scale() const override { return 1.0; }

@@ -1,5 +1,5 @@
-// Model-state bytes per rank for each ZeRO stage (SPEC §3.6), and DeepSpeed's cold per-GPU/per-CPU estimators
-// (SPEC §1.2). Torch-free: plain arithmetic on Ψ and N.
+// Model-state bytes per rank for each ZeRO stage, and DeepSpeed's cold per-GPU/per-CPU estimators
+//. Torch-free: plain arithmetic on Ψ and N.
 #include "dscpp/zero/memory_estimate.h"
 
 #include <algorithm>

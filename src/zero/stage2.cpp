@@ -63,9 +63,8 @@ class Stage2 final : public ZeroStage {
     m.master = master_.master_bytes();
     int64_t bucket_numel = 0;
     for (const auto& g : flat_.layout().groups()) bucket_numel = std::max(bucket_numel, g.numel);
-    // Buckets being filled or reduced (each reduction may hold one fallback copy), and the boundary's fp32 gradient.
-    m.buffers = master_.master_grad_bytes() +
-                bucket_numel * flat_.params().element_size() * (2 * in_flight_.limit() + 2);
+    // Buckets being filled or reduced, and the boundary's fp32 gradient.
+    m.buffers = master_.master_grad_bytes() + bucket_numel * flat_.params().element_size() * (in_flight_.limit() + 2);
     return m;
   }
 

@@ -1,4 +1,4 @@
-// Stage 3: parameters sharded too (SPEC §3.6). Each rank keeps its 1/N shard of every group in one 16-bit partition
+// Stage 3: parameters sharded too. Each rank keeps its 1/N shard of every group in one 16-bit partition
 // (the optimizer's fp32 master is that partition's copy, or the partition itself in fp32). Groups: the persistent
 // small parameters (gathered at all times), the root (whatever no unit owns: embeddings, final norm), then one per
 // unit (block) in the order given.
@@ -245,8 +245,8 @@ class Stage3 final : public ZeroStage {
     m.master = master_->params().is_same(partition_) ? 0 : master_->master_bytes();
     int64_t largest = 0;
     for (const auto& g : groups_) largest = std::max(largest, g.bytes());
-    // Buckets being filled or reduced (each reduction may hold one fallback copy), and the boundary's fp32 gradient.
-    m.buffers = master_->master_grad_bytes() + largest * static_cast<int64_t>(2 * in_flight_->limit() + 2);
+    // Buckets being filled or reduced, and the boundary's fp32 gradient.
+    m.buffers = master_->master_grad_bytes() + largest * static_cast<int64_t>(in_flight_->limit() + 2);
     m.gathered_peak = gathered_peak_;
     return m;
   }

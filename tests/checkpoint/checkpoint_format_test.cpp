@@ -249,7 +249,7 @@ TEST(CheckpointReader, AssemblesSlicesIntoTheWholeAndAnyOtherSlice) {
   EXPECT_TRUE(torch::equal(part, same.take(whole).view({-1}).narrow(0, 3, 5)));
 }
 
-// SPEC §8: damaged input is an error, never a crash. Random byte flips and truncations of a real shard file and of
+// Damaged input is an error, never a crash. Random byte flips and truncations of a real shard file and of
 // a manifest's text: each either still reads (the damage hit padding or a value) or throws std::runtime_error.
 TEST(Fuzzed, DamagedShardsAndManifestsAreErrorsNeverCrashes) {
   const auto dir = temp_dir("fuzz");

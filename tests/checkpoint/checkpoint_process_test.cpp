@@ -1,4 +1,4 @@
-// Checkpoints over real gpt-train processes (SPEC §3.9, §7): exact resume on every stage and world size,
+// Checkpoints over real gpt-train processes: exact resume on every stage and world size,
 // resharding N → M and stage s → t, a save killed at every point of the protocol, damaged checkpoints, and
 // consolidation (exact weights, peak memory measured, HF GPT-2 layout back into gpt-train).
 #include <gtest/gtest.h>
@@ -158,7 +158,7 @@ struct Reshard {
   std::string name() const { return from.name() + "_to_" + to.name(); }
 };
 
-// The uninterrupted run every resharded continuation is compared with: stage 0 on one process (SPEC §7).
+// The uninterrupted run every resharded continuation is compared with: stage 0 on one process.
 const std::vector<nlohmann::json>& reference(bool bf16) {
   static std::map<bool, std::vector<nlohmann::json>> cache;
   auto it = cache.find(bf16);

@@ -1,4 +1,4 @@
-// The batch triangle (SPEC §3.1): every combination of given sides and every error, with all four numbers printed.
+// The batch triangle: every combination of given sides and every error, with all four numbers printed.
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"

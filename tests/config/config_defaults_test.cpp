@@ -1,4 +1,4 @@
-// Every key's default (SPEC §2), in the typed Config and written out in Config::resolved.
+// Every key's default, in the typed Config and written out in Config::resolved.
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"

@@ -1,4 +1,4 @@
-// Every ConfigError names the key path, the value found and what is allowed (SPEC §2).
+// Every ConfigError names the key path, the value found and what is allowed.
 #include <gtest/gtest.h>
 
 #include "config_test_util.h"

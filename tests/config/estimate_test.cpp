@@ -1,4 +1,4 @@
-// DeepSpeed's cold memory estimators (SPEC §1.2): exact bytes per row, worked by hand from the formulas of
+// DeepSpeed's cold memory estimators: exact bytes per row, worked by hand from the formulas of
 // estimate_zero2/3_model_states_mem_needs, and the `dscpp estimate` table and errors from the built binary.
 #include <gtest/gtest.h>
 

@@ -49,7 +49,7 @@ const nlohmann::json kNvmeParam = {{"zero_optimization.stage", 3},
 std::vector<Row> table() {
   using K = Kind;
   return {
-      // Batch size (SPEC §3.1).
+      // Batch size.
       {"train_batch_size", 8, K::kActs, "BatchTriangle.*", [](const Config& c) { return c.batch.train_batch_size == 8; }},
       {"train_micro_batch_size_per_gpu", 4, K::kActs, "GptTrain.AccumulationSplitGivesTheSameTrajectory",
        [](const Config& c) { return c.batch.micro_batch == 4; }},
@@ -103,7 +103,7 @@ std::vector<Row> table() {
       {"data_types.buffer_dtype", "fp32", K::kRefused, "data_types.buffer_dtype"},
       {"amp", nlohmann::json{{"enabled", true}}, K::kRefused, "amp: this DeepSpeed feature is not supported yet"},
       {"gradient_clipping", 1.0, K::kActs, "Engine.ClipsToGlobalNormAndReportsPreClipNorm", [](const Config& c) { return c.gradient_clipping == 1.0; }},
-      // ZeRO (SPEC §3.4-7).
+      // ZeRO.
       {"zero_optimization.stage", 2, K::kActs, "ZeroEquivalence.*", [](const Config& c) { return c.zero.stage == 2; }},
       {"zero_optimization.allgather_partitions", false, K::kHarmless,
        "DeepSpeed has not read it since v0.5.9; the updated partitions are all-gathered either way"},
@@ -194,7 +194,7 @@ std::vector<Row> table() {
        [](const Config& c) { return c.zero.offload_param.device == OffloadDevice::kCpu; }, kStage3},
       {"zero_optimization.cpu_offload_use_pin_memory", true, K::kHarmless,
        "DeepSpeed warns that it is deprecated and applies nothing", {}, kStage2},
-      // offload_optimizer / offload_param (SPEC §3.7).
+      // offload_optimizer / offload_param.
       {"zero_optimization.offload_optimizer.device", "cpu", K::kActs, "ZeroEquivalence.*_offload_cpu_*",
        [](const Config& c) { return c.zero.offload_optimizer.device == OffloadDevice::kCpu; }, kStage2},
       {"zero_optimization.offload_optimizer.nvme_path", "/tmp", K::kActs, "ZeroEquivalence.*_offload_nvme_*",
@@ -228,7 +228,7 @@ std::vector<Row> table() {
        {}, kNvmeParam},
       {"zero_optimization.offload_param.max_in_cpu", 1000, K::kRefused, "zero_optimization.offload_param.max_in_cpu",
        {}, kNvmeParam},
-      // Asynchronous I/O (SPEC §3.7).
+      // Asynchronous I/O.
       {"aio.block_size", 65536, K::kActs, "AsyncIoBackends.WritesAndReadsBackExactlyInBlocks*", [](const Config& c) { return c.aio.block_size == 65536; }},
       {"aio.queue_depth", 4, K::kActs, "AsyncIoBackends.WritesAndReadsBackExactlyInBlocks*", [](const Config& c) { return c.aio.queue_depth == 4; }},
       {"aio.intra_op_parallelism", 2, K::kActs, "AsyncIoBackends.AioKnobsShapeTheSubmissions*",
@@ -281,7 +281,7 @@ std::vector<Row> table() {
        [](const Config& c) { return c.comms_logger.prof_ops == std::vector<std::string>{"all_reduce"}; }},
       {"timers", nlohmann::json{{"throughput", {{"enabled", true}}}}, K::kHarmless,
        "DeepSpeed's throughput timer; the step log here always reports time and samples/s"},
-      // Activation checkpointing (SPEC §3.8).
+      // Activation checkpointing.
       {"activation_checkpointing.partition_activations", true, K::kActs, "ActivationCheckpointing.*",
        [](const Config& c) { return c.activation_checkpointing.partition_activations; }},
       {"activation_checkpointing.cpu_checkpointing", true, K::kActs, "ActivationCheckpointing.*",
@@ -297,7 +297,7 @@ std::vector<Row> table() {
        [](const Config& c) { return c.activation_checkpointing.profile; }},
       {"tensor_parallel.autotp_size", 2, K::kActs, "TensorParallel.*",
        [](const Config& c) { return c.tensor_parallel_size == 2; }},
-      // Checkpoints (SPEC §3.9).
+      // Checkpoints.
       {"checkpoint.tag_validation", "Fail", K::kActs, "untested: the save compares every rank's tag (checkpointer.cpp)",
        [](const Config& c) { return c.checkpoint.tag_validation == "Fail"; }},
       {"checkpoint.load_universal", true, K::kHarmless, "every checkpoint here is universal"},

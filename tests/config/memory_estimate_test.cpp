@@ -1,4 +1,4 @@
-// Model-state bytes per rank (SPEC §3.6), exact numbers for stages 0-3 at N = 1, 2, 4.
+// Model-state bytes per rank, exact numbers for stages 0-3 at N = 1, 2, 4.
 #include <gtest/gtest.h>
 
 #include <stdexcept>

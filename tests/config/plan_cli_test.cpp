@@ -43,7 +43,7 @@ const std::string kUserFlags =
 
 TEST(PlanCli, EverySharedConfigIsAccepted) {
   int count = 0;
-  for (const auto& entry : fs::directory_iterator(DSCPP_SHARED_DIR "/configs")) {
+  for (const auto& entry : fs::directory_iterator(DSCPP_CONFIGS_DIR)) {
     if (entry.path().extension() != ".json") continue;
     ++count;
     for (const char* precision : {" --fp16", " --bf16"}) {

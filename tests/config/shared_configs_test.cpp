@@ -1,4 +1,4 @@
-// Every config in shared/configs (the ones the seed documents show) parses with the values a user would pass
+// Every config in examples/configs (the ones the seed documents show) parses with the values a user would pass
 // (HF-style: micro 4, grad_accum 2, lr 3e-4, weight_decay 0.01, warmup 10, total 100, hidden 768, clip 1.0, world 2).
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 namespace dscpp {
 namespace {
 
-const std::string kDir = DSCPP_SHARED_DIR "/configs/";
+const std::string kDir = DSCPP_CONFIGS_DIR "/";
 
 ConfigOptions user_options(bool fp16, std::vector<std::string>* warnings) {
   AutoValues::HfArgs a = testing::user_args();

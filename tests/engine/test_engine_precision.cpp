@@ -1,5 +1,5 @@
 // Engine mixed precision: fp16 with the dynamic loss scaler (skips, scale sequence, schedule held on skipped
-// steps) and bf16 with fp32 master weights. fp16 uses an elementwise model: LibTorch 1.13 has no fp16 matmul on CPU.
+// steps) and bf16 with fp32 master weights. fp16 uses an elementwise model (test_models.h).
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -11,7 +11,7 @@
 namespace dscpp::testing {
 namespace {
 
-// torch::equal on fp16 CPU tensors is unreliable in LibTorch 1.13; compare in fp32.
+// The same values, compared in fp32.
 bool same_values(const torch::Tensor& a, const torch::Tensor& b) {
   return torch::equal(a.to(torch::kFloat32), b.to(torch::kFloat32));
 }

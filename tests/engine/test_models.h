@@ -1,5 +1,6 @@
-// Small models and data for engine tests: fast, deterministic, and (for fp16) built only from ops LibTorch 1.13 has
-// on CPU in half precision. Models live on the test device (DSCPP_TEST_DEVICE) and take their inputs there.
+// Small models and data for engine tests: fast, deterministic, and (for fp16) elementwise, so the loss scaler's
+// arithmetic is checked without a matmul's rounding in the way. Models live on the test device (DSCPP_TEST_DEVICE)
+// and take their inputs there.
 #pragma once
 
 #include <torch/torch.h>

@@ -61,13 +61,13 @@ TEST(LaunchPlan, APythonScriptRunsUnderTheInterpreterWithItsLocalRank) {
   ASSERT_EQ(plan.children.size(), 2u);
   for (int rank = 0; rank < 2; ++rank) {
     EXPECT_EQ(plan.children[rank].argv,
-              (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--local_rank=" + std::to_string(rank),
+              (std::vector<std::string>{default_python(), "-u", "train.py", "--local_rank=" + std::to_string(rank),
                                         "--deepspeed_config", "ds.json"}));
   }
   options.no_local_rank = true;
   plan = plan_launch(options, {{"PATH", "/bin"}}, {0, 1});
   EXPECT_EQ(plan.children[1].argv,
-            (std::vector<std::string>{"/usr/bin/python3", "-u", "train.py", "--deepspeed_config", "ds.json"}));
+            (std::vector<std::string>{default_python(), "-u", "train.py", "--deepspeed_config", "ds.json"}));
   options.no_local_rank = false;
   options.no_python = true;
   plan = plan_launch(options, {{"PATH", "/bin"}}, {0, 1});

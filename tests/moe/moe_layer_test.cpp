@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <string>
@@ -107,8 +108,13 @@ TEST_P(OneProcessLayer, OutputAndGradientsEqualTheTokenByTokenReference) {
   EXPECT_TRUE(torch::allclose(result.output, expected, 1e-5, 1e-6)) << (result.output - expected).abs().max();
   const auto got = grads_after(*layer, result.output);
   const auto want = grads_after(*layer, reference_forward(*layer, x));
+  // A weight's gradient sums over the tokens routed to it, in the layer by one matrix product and in the reference
+  // token by token: fp32 sums in two orders, so the bound scales with the gradient (torch 2.11's MKL sgemm differed
+  // by up to 1.6e-6 here).
   for (const auto& [name, grad] : want) {
-    EXPECT_TRUE(torch::allclose(got.at(name), grad, 1e-5, 1e-6)) << name << ": " << (got.at(name) - grad).abs().max();
+    const double scale = std::max(1.0, grad.abs().max().item<double>());
+    EXPECT_TRUE(torch::allclose(got.at(name), grad, 1e-5, 1e-5 * scale))
+        << name << ": " << (got.at(name) - grad).abs().max() << " of " << scale;
   }
   EXPECT_GT(got.at("deepspeed_moe.gate.wg.weight").abs().sum().item<double>(), 0) << "no gradient reached the gate";
   EXPECT_EQ(result.exp_counts.sum().item<int64_t>(), 24 * k);

@@ -10,7 +10,6 @@
 #include <thread>
 #include <vector>
 
-#include "dscpp/compat/torch_compat.h"
 #include "dscpp/monitor/memory_tracker.h"
 
 namespace dscpp::testing {
@@ -155,8 +154,7 @@ TEST(CpuMemoryTracker, ConcurrentAllocationsBalance) {
   EXPECT_GT(CpuMemoryTracker::peak(), base);
 }
 
-#if DSCPP_TORCH_AT_LEAST(2, 0)
-// 2.x copies storages through Allocator::clone (copy-on-write materialisation among others).
+// torch copies storages through Allocator::clone (copy-on-write materialisation among others).
 TEST(CpuMemoryTracker, CloneCopiesAndIsCounted) {
   CpuMemoryTracker::install();
   c10::Allocator* allocator = c10::GetCPUAllocator();
@@ -169,7 +167,6 @@ TEST(CpuMemoryTracker, CloneCopiesAndIsCounted) {
   }
   EXPECT_EQ(CpuMemoryTracker::allocated(), base);
 }
-#endif
 
 }  // namespace
 }  // namespace dscpp::testing

@@ -91,8 +91,9 @@ TEST(Checkpoint3D, PipelinedAndSlicedResumesOnOneProcessAndTheOtherWayRound) {
 
   // Both consolidate to the whole model: the same names and shapes, and the same values up to the layouts' rounding.
   // Adam turns a rounding-sized difference in a near-zero gradient into up to an lr-sized one in the weight, so an
-  // element may differ by up to lr = 1e-3 after 4 steps (measured: 1.1e-5 at most); the mean stays at rounding size.
-  // A slice written to the wrong place differs by the weights' own size (N(0, 0.02) here) in most of its elements.
+  // element may differ by up to lr = 1e-3 after 4 steps (measured: 1.1e-5 at most); the mean stays at rounding size
+  // (measured: up to 1.2e-7 a parameter with torch 2.11's kernels). A slice written to the wrong place differs by the
+  // weights' own size (N(0, 0.02) here, a mean of ~0.016) in most of its elements.
   const auto a = consolidated(sliced_ckpt, dir / "sliced_out"), b = consolidated(whole_ckpt, dir / "whole_out");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, value] : b) {
@@ -100,7 +101,7 @@ TEST(Checkpoint3D, PipelinedAndSlicedResumesOnOneProcessAndTheOtherWayRound) {
     ASSERT_EQ(a.at(name).sizes(), value.sizes()) << name;
     const auto diff = (a.at(name) - value).abs();
     EXPECT_LT(diff.max().item<double>(), 1e-3) << name;
-    EXPECT_LT(diff.mean().item<double>(), 1e-7) << name;
+    EXPECT_LT(diff.mean().item<double>(), 1e-6) << name;
   }
 }
 

@@ -1,4 +1,4 @@
-// Loss scalers against hand-computed sequences of DeepSpeed's DynamicLossScaler (SPEC §3.3, §7): every
+// Loss scalers against hand-computed sequences of DeepSpeed's DynamicLossScaler: every
 // expected scale / hysteresis / skip flag below is written out, not recomputed by a second implementation.
 #include <gtest/gtest.h>
 

@@ -79,11 +79,12 @@ def clip_as_the_engine(params, max_norm):
             g.mul_(coef)
 
 
-def reference_losses(kind, grad_accum, world, steps, grouped=False):
+def reference_losses(kind, grad_accum, world, steps, grouped=False, reduce_each_micro_step=False):
     """The plain loop over the same chunks. Gradients are summed in the order data parallelism sums them: each
-    rank's micro-batches (k·world + r) in turn, then the ranks' sums in rank order, as the all-reduce adds them.
-    Adding the chunks one after another instead rounds differently, and a ResNet's BatchNorm amplifies that past
-    1e-5 within three steps on some CPUs (seen on AVX-512 machines)."""
+    rank's micro-batches (k·world + r) in turn, then the ranks' sums in rank order, as the all-reduce adds them —
+    or, with reduce_each_micro_step (ZeRO-2 and -3, which reduce every micro-step into their partitions), each
+    micro-step's gradients over the ranks first, then the micro-steps in turn. Adding the chunks in another order
+    rounds differently, and a ResNet's BatchNorm amplifies that past 1e-5 within three steps on some CPUs."""
     model = make_model(kind)
     optimizer = torch.optim.AdamW(decay_groups(model) if grouped else model.parameters(), lr=LR, weight_decay=WD)
     params = [p for p in model.parameters() if p.requires_grad]
@@ -91,20 +92,28 @@ def reference_losses(kind, grad_accum, world, steps, grouped=False):
     losses = []
     for batch in global_batches(kind, steps, MICRO * chunks):
         total = 0.0
-        rank_sums = []
+        grads = {}  # (rank, k) -> that chunk's gradients (the rank's sum over k, at k = -1, when not per micro-step)
         for rank in range(world):
             for k in range(grad_accum):
                 loss = model(*chunk(batch, k * world + rank, MICRO))
                 (loss / chunks).backward()
                 total += loss.item()
-            rank_sums.append([None if p.grad is None else p.grad.clone() for p in params])
-            optimizer.zero_grad()
+                if reduce_each_micro_step:
+                    grads[rank, k] = [None if p.grad is None else p.grad.clone() for p in params]
+                    optimizer.zero_grad()
+            if not reduce_each_micro_step:
+                grads[rank, -1] = [None if p.grad is None else p.grad.clone() for p in params]
+                optimizer.zero_grad()
+        # A parameter this step did not reach has a zero gradient, not none: the engine's flat buffers (DeepSpeed's
+        # too) hold zeros for it, and AdamW steps it (its moments decay, weight decay applies). torch's
+        # zero_grad() leaves None, which AdamW would skip.
+        steps_reduced = range(grad_accum) if reduce_each_micro_step else [-1]
         for i, p in enumerate(params):
-            grads = [sums[i] for sums in rank_sums if sums[i] is not None]
-            if grads:
-                p.grad = grads[0]
-                for g in grads[1:]:
-                    p.grad = p.grad + g
+            p.grad = torch.zeros_like(p)
+            for k in steps_reduced:
+                reduced = [grads[rank, k][i] for rank in range(world) if grads[rank, k][i] is not None]
+                if reduced:
+                    p.grad = p.grad + sum(reduced[1:], reduced[0])
         clip_as_the_engine(params, CLIP)
         optimizer.step()
         optimizer.zero_grad()

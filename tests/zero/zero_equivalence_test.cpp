@@ -1,6 +1,6 @@
-// Every ZeRO stage on k real processes against stage 0 on one (SPEC §7): `gpt-train tiny` with the same global
+// Every ZeRO stage on k real processes against stage 0 on one: `gpt-train tiny` with the same global
 // batch must give the same per-step loss (fp32: relative 1e-5 over 20 steps; bf16: 1e-2), and each rank's
-// model-state bytes must match SPEC §3.6 within 2%.
+// model-state bytes must match zero/memory_estimate.h's formulas within 2%.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -185,7 +185,7 @@ std::vector<ZeroRun> equivalence_runs() {
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(equivalence_runs()),
                          [](const auto& info) { return info.param.name(); });
 
-// ZeRO-Offload and ZeRO-Infinity (SPEC §3.7): the optimizer on the host (the SIMD CPU Adam) with its state in memory
+// ZeRO-Offload and ZeRO-Infinity: the optimizer on the host (the SIMD CPU Adam) with its state in memory
 // or on disk, stepping in sub-groups that do not line up with the communication groups (sub_group_size 7,001
 // against groups of 30,011), must still be stage 0's trajectory, for stages 1-3 on 1 and 2 processes, with
 // accumulation, and in bf16.
@@ -308,7 +308,7 @@ TEST(ZeroLauncher, TwoNoSshNodesTrainLikeOneProcess) {
 
 #endif  // DSCPP_LONG_SWEEP
 
-// bf16 + Adam is SPEC §3.6's setting: 16-bit params and grads, fp32 master and Adam state.
+// bf16 + Adam is the setting of zero/memory_estimate.h's formulas: 16-bit params and grads, fp32 master and Adam state.
 class ZeroMemory : public ::testing::TestWithParam<ZeroRun> {};
 
 TEST_P(ZeroMemory, ModelStateBytesMatchTheFormula) {

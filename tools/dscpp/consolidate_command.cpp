@@ -1,5 +1,5 @@
 // `dscpp consolidate CKPT_DIR OUT [--tag T] [--dtype fp32|bf16|fp16] [--max_shard_size 5GB] [--format F]`
-// (SPEC §1.2): see dscpp/checkpoint/consolidate.h for what it writes and how little memory it needs.
+//: see dscpp/checkpoint/consolidate.h for what it writes and how little memory it needs.
 #include "consolidate_command.h"
 
 #include <chrono>

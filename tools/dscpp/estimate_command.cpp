@@ -1,4 +1,4 @@
-// `dscpp estimate` (SPEC §1.2): per-GPU and per-CPU model-state memory for ZeRO-2 and ZeRO-3 and each offload
+// `dscpp estimate`: per-GPU and per-CPU model-state memory for ZeRO-2 and ZeRO-3 and each offload
 // choice, from a parameter count alone, laid out as DeepSpeed's `..._all_cold` estimators print it.
 #include "estimate_command.h"
 

@@ -1,4 +1,4 @@
-// `dscpp launch`: the `deepspeed` launcher's command line (SPEC §1.2) over dscpp::launcher.
+// `dscpp launch`: the `deepspeed` launcher's command line over dscpp::launcher.
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -1,4 +1,4 @@
-// `dscpp plan`: validates a config the way the engine will, then shows what a run would do (SPEC §1.2):
+// `dscpp plan`: validates a config the way the engine will, then shows what a run would do:
 // the resolved config, the batch triangle, model-state memory per rank for every stage, the LR/scale schedule.
 #include "plan_command.h"
 

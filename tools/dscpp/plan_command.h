@@ -21,7 +21,7 @@ struct PlanArgs {
   std::vector<std::string> sets;         // "key=value", value parsed as JSON when it is JSON
   std::string schedule_csv;              // "" = none
   int64_t steps = gpt::kDefaultSteps;    // gpt-train's --steps: fills the schedule's "auto"; rows of the CSV
-  // gpt-train's HF-style flags, filling "auto" exactly as gpt-train does (SPEC §1.3).
+  // gpt-train's HF-style flags, filling "auto" exactly as gpt-train does.
   gpt::AutoFlags autos;
   std::optional<int64_t> hidden_size;    // fills the bucket sizes' "auto" (--model gives its width)
   // gpt-train's MoE flags, with --model: its MoE blocks, and the experts spread over ep_size ranks.

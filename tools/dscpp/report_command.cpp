@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <libaio.h>
 #include <liburing.h>
+#include <ATen/Version.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
@@ -61,8 +62,10 @@ std::string aten_kernels() {
   return used + " (ATEN_CPU_CAPABILITY " + (forced ? forced : "unset") + ")";
 }
 
-// fp32 matrix products go to the BLAS LibTorch links; OpenBLAS picks its kernels by CPU at load time and says which.
+// fp32 matrix products go to the BLAS LibTorch links: the PyPI wheel's is MKL, linked in; another build's may be
+// OpenBLAS, which picks its kernels by CPU at load time and says which.
 std::string fp32_matmul() {
+  if (at::hasMKL()) return at::get_mkl_version();
   using Info = char* (*)();
   const auto config = reinterpret_cast<Info>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
   const auto core = reinterpret_cast<Info>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));

@@ -4,18 +4,16 @@
 #include <cmath>
 #include <limits>
 
-#include "dscpp/compat/torch_compat.h"
 #include "dscpp/parallel/tensor_parallel_layers.h"
 
 namespace gpt {
 
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                double dropout_p, int head_parts, int head_part) {
-  // LibTorch 2.x's fused kernel computes the same math as the lines below.
-  const bool sliced_dropout = dropout_p > 0 && head_parts > 1;
-  if (!sliced_dropout) {
-    if (auto fused = dscpp::compat::fused_causal_attention(q, k, v, dropout_p)) return *fused;
-  }
+  if (dropout_p == 0) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
+  // With dropout the math is spelled out: the fused kernel draws its mask its own way, and a tensor-parallel part
+  // must draw the whole model's mask (below) to drop what one process drops.
+  const bool sliced_dropout = head_parts > 1;
   const int64_t T = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, nh, T, T)
@@ -30,7 +28,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
     sizes[1] *= head_parts;
     auto keep = torch::empty(sizes, weights.options()).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
     weights = weights * keep.chunk(head_parts, 1)[head_part];
-  } else if (dropout_p > 0) {
+  } else {
     weights = torch::dropout(weights, dropout_p, /*train=*/true);
   }
   return torch::matmul(weights, v);  // (B, nh, T, hs)

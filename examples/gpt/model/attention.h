@@ -10,8 +10,8 @@
 
 namespace gpt {
 
-// dropout(softmax(q·kᵀ/√d + causal mask), dropout_p)·v for (B, nh, T, hs) tensors. The one place a LibTorch 2.x
-// build swaps in at::scaled_dot_product_attention (1.13's C++ API has no fused kernel).
+// dropout(softmax(q·kᵀ/√d + causal mask), dropout_p)·v for (B, nh, T, hs) tensors: without dropout
+// at::scaled_dot_product_attention (the fused kernel where the device has one), with it the same math spelled out.
 // The heads may be part `head_part` of `head_parts` of a tensor-parallel attention: its dropout then draws the mask
 // of every head, as the whole model's dropout would from the same generator state, and keeps its own heads' — so
 // each rank drops what a single process drops, and every rank's generator stays in step with the others'.

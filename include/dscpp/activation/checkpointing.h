@@ -1,4 +1,4 @@
-// ActivationCheckpointing (SPEC §3.8, DeepSpeed's deepspeed.checkpointing): run a block's forward without keeping
+// ActivationCheckpointing (DeepSpeed's deepspeed.checkpointing): run a block's forward without keeping
 // its activations, keep only its input, and run the forward again during backward — with the same random draws, so
 // dropout drops the same units — to get the block's gradients. Activation memory then grows with the number of
 // blocks, not with what happens inside each one.

@@ -1,4 +1,4 @@
-// The batch triangle (SPEC §3.1): train_batch_size = micro_batch × grad_accum × world_size.
+// The batch triangle: train_batch_size = micro_batch × grad_accum × world_size.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // Config: a DeepSpeed JSON config parsed into typed values, every default filled and every "auto" resolved.
-// Parsing validates everything up front (SPEC §2), so a bad config fails at load with the key named, not hours later.
+// Parsing validates everything up front, so a bad config fails at load with the key named, not hours later.
 // Torch-free: this layer is shared by the engine and the `dscpp plan` dry run.
 #pragma once
 

@@ -202,7 +202,7 @@ class Engine {
   double loss_scale() const { return scaler_->scale(); }
   const StepReport& last_step() const { return last_step_; }
   ModelStateMemory memory() const;
-  // memory_breakdown's numbers for this rank (SPEC §3.10); activations are measured once a CpuMemoryTracker is
+  // memory_breakdown's numbers for this rank; activations are measured once a CpuMemoryTracker is
   // installed (memory_breakdown installs one).
   MemoryBreakdown memory_breakdown() const;
   // Every rank's memory_breakdown, in rank order, in one exchange: a collective, so every rank must call it.
@@ -223,7 +223,7 @@ class Engine {
   // returns false.
   bool save_16bit_model(const std::string& path);
 
-  // Checkpoints (SPEC §3.9). Collective: every rank calls them, at an accumulation boundary.
+  // Checkpoints. Collective: every rank calls them, at an accumulation boundary.
   //
   // save_checkpoint writes `save_dir/<tag>/` (tag default "global_step<N>"): one safetensors shard per rank with
   // its fp32 master, optimizer state and (16-bit training) compute-dtype weights, each as fragments of named

@@ -1,4 +1,4 @@
-// ModelStateMemory: the model-state bytes one rank holds (SPEC §3.6), and how they are printed and logged.
+// ModelStateMemory: the model-state bytes one rank holds, and how they are printed and logged.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@ struct ModelStateMemory {
   StageMemory stage;
   int64_t optimizer_state = 0;  // e.g. Adam's m and v for this rank's partition
 
-  // The SPEC §3.6 model states: parameters, gradients, fp32 master and optimizer state.
+  // The model states: parameters, gradients, fp32 master and optimizer state.
   int64_t model_states() const { return stage.params16 + stage.grads16 + stage.master + optimizer_state; }
   // Everything, communication buffers and the optimizer's fp32 gradient partition included.
   int64_t total() const { return model_states() + stage.buffers; }

@@ -1,5 +1,5 @@
 // `dscpp launch` as a library: resolve the world, pick the launcher (local / ssh / slurm / openmpi), build the child
-// processes — local ranks, one ssh per node, or one srun/mpirun — and supervise them (SPEC §1.2, §8).
+// processes — local ranks, one ssh per node, or one srun/mpirun — and supervise them.
 #pragma once
 
 #include <ostream>
@@ -15,6 +15,9 @@ enum class LauncherKind { kLocal, kSsh, kSlurm, kOpenMpi };
 
 // "local", "ssh", "slurm", "openmpi" (case-insensitive; DeepSpeed's "pdsh" is taken as ssh). Throws naming the value.
 LauncherKind parse_launcher_kind(const std::string& name);
+
+// The interpreter this build was made for (CMake's DSCPP_PYTHON): the one whose torch the engine links.
+std::string default_python();
 
 struct LaunchOptions {
   WorldOptions world;
@@ -38,7 +41,9 @@ struct LaunchOptions {
   // Other programs (gpt-train, python3 itself) run untouched: they read LOCAL_RANK from the environment.
   bool no_python = false;
   bool no_local_rank = false;
-  std::string python = "/usr/bin/python3";  // Debian's: its python3-torch runs on the libtorch the engine links
+  // The interpreter a .py PROGRAM runs under: by default the one this build's torch belongs to (DSCPP_PYTHON), so a
+  // script imports the torch the engine links; the `dscpp` console script of an installed package passes its own.
+  std::string python = default_python();
   // The program's model-parallel layout (dscpp launch reads it from the program's --deepspeed_config — its
   // pipeline.stages and tensor_parallel.autotp_size — and its --pipeline_parallel / --tensor_parallel flags, as
   // gpt-train takes them): the world must be a multiple of pipeline × tensor parallel, or nothing starts; the

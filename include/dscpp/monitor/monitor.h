@@ -1,4 +1,4 @@
-// Monitor: where the engine's per-step events go (SPEC §3.10): named scalars at a step, as DeepSpeed's monitors take
+// Monitor: where the engine's per-step events go: named scalars at a step, as DeepSpeed's monitors take
 // them ("Train/Samples/train_loss" at the global sample count). Rank 0 writes them.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The rank-0 progress line printed every steps_per_print optimizer steps (SPEC §3.10).
+// The rank-0 progress line printed every steps_per_print optimizer steps.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// WallClock ("wall_clock_breakdown", SPEC §3.10): where training time goes, in DeepSpeed's timer names. forward;
+// WallClock ("wall_clock_breakdown"): where training time goes, in DeepSpeed's timer names. forward;
 // backward, split into backward_inner (autograd, with the bucket reductions it launches) and backward_allreduce (the
 // time spent waiting for gradient reduction: the end of each micro-step's backward and the boundary's reduction);
 // step (clip, optimizer, publishing the parameters). Summed per optimizer step and over the print window.

@@ -1,5 +1,5 @@
 // AsyncIo: whole-buffer reads and writes of O_DIRECT files that run in the background while the caller computes
-// (ZeRO-Infinity's swapping, SPEC §3.7). aio.intra_op_parallelism I/O threads split each transfer into blocks of
+// (ZeRO-Infinity's swapping). aio.intra_op_parallelism I/O threads split each transfer into blocks of
 // aio.block_size bytes and keep aio.queue_depth of them each in flight in the kernel, through io_uring (liburing)
 // or, where the kernel or a sandbox refuses io_uring, Linux AIO (libaio); aio.single_submit and aio.overlap_events
 // choose how blocks are handed over (see run()).

@@ -1,4 +1,4 @@
-// OptimizerOffload: ZeRO-Offload's optimizer step (SPEC §3.7). The fp32 master partition and the optimizer state
+// OptimizerOffload: ZeRO-Offload's optimizer step. The fp32 master partition and the optimizer state
 // are in a StateStore (host memory, or NVMe), the gradient partition is in host memory (the stage moved each bucket
 // there as it was reduced), and the step runs on the CPU one sub-group at a time: the SIMD CPU Adam updates the
 // sub-group and writes its compute-dtype copy in the same pass, the copy goes to the stage at once

@@ -11,7 +11,7 @@
 
 namespace dscpp {
 
-// Options of DeepSpeed's "fp16" section that drive the scaler (SPEC §3.3).
+// Options of DeepSpeed's "fp16" section that drive the scaler.
 struct LossScalerOptions {
   double static_scale = 0.0;        // "loss_scale": > 0 selects a static scale; 0 = dynamic
   int initial_scale_power = 16;     // dynamic scale starts at 2^initial_scale_power
@@ -57,7 +57,7 @@ class LossScaler {
   virtual std::string name() const = 0;
 };
 
-// fp32 and bf16: scale 1. An overflow is an error naming the step (SPEC §8: never train through NaN).
+// fp32 and bf16: scale 1. An overflow is an error naming the step (never train through NaN).
 std::unique_ptr<LossScaler> make_unit_scaler();
 
 // fp16 with "loss_scale" > 0: fixed scale; an overflowing step is skipped, the scale stays.
@@ -65,7 +65,7 @@ std::unique_ptr<LossScaler> make_unit_scaler();
 std::unique_ptr<LossScaler> make_static_scaler(double scale,
                                                std::function<void(const std::string&)> log = {});
 
-// fp16 with "loss_scale" 0: DeepSpeed's DynamicLossScaler arithmetic, exactly (SPEC §3.3).
+// fp16 with "loss_scale" 0: DeepSpeed's DynamicLossScaler arithmetic, exactly.
 // `log` receives one line per overflow (the engine routes it to rank 0's log); may be empty.
 // update() throws LossScaleAtMinimumError on an overflow that would need a scale below min_scale.
 // Throws std::invalid_argument naming the "fp16.<key>" for options it cannot use.

@@ -1,6 +1,6 @@
 // InFlight: collectives started but not yet waited for, oldest first, with the tensors they read or write kept alive
-// until they finish. Bounding how many run at once bounds the memory their buffers (and the comm layer's fallback
-// copies) take; waiting in order keeps every rank's sequence of waits identical.
+// until they finish. Bounding how many run at once bounds the memory their buffers take; waiting in order keeps
+// every rank's sequence of waits identical.
 #pragma once
 
 #include <torch/torch.h>

@@ -1,4 +1,4 @@
-// Model-state memory per rank (SPEC §3.6): what params, grads, fp32 master and Adam state cost for each ZeRO stage.
+// Model-state memory per rank: what params, grads, fp32 master and Adam state cost for each ZeRO stage.
 // Torch-free arithmetic, shared by `dscpp plan`/`estimate` and the tests that hold the engine's measured bytes to it.
 #pragma once
 
@@ -32,7 +32,7 @@ struct ModelStateBytes {
 ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size, OffloadDevice optimizer_offload,
                                   DType compute_dtype);
 
-// DeepSpeed's cold estimators (`estimate_zero2/3_model_states_mem_needs`, SPEC §1.2): per-GPU and per-CPU bytes for
+// DeepSpeed's cold estimators (`estimate_zero2/3_model_states_mem_needs`): per-GPU and per-CPU bytes for
 // params, grads and Adam state of a model known only by its counts, for each offload choice. Their rules of thumb,
 // kept as DeepSpeed writes them so our numbers match its table: the CPU side scales by `additional_buffer_factor`
 // (pinned/staging buffers), ZeRO-3 keeps one gathered fp32-sized largest layer (4L bytes) on every GPU, and

@@ -1,4 +1,4 @@
-// ZeroStage: the strategy that decides what each rank stores and how gradients and parameters move (SPEC §3.6).
+// ZeroStage: the strategy that decides what each rank stores and how gradients and parameters move.
 // Chosen once at initialize; the engine calls the same methods whatever the stage, in the order of one step:
 //   before_forward → (model, with run_unit per block) → after_forward → before_backward → (autograd) →
 //   after_backward, each micro-step; at the boundary reduce_gradients → [engine: agreed norm/overflow, unscale +
@@ -25,7 +25,7 @@
 
 namespace dscpp {
 
-// Model-state bytes this rank holds, by kind (SPEC §3.6 accounting; optimizer state is added by the engine).
+// Model-state bytes this rank holds, by kind (optimizer state is added by the engine).
 struct StageMemory {
   int64_t params16 = 0;      // compute-dtype parameters (whole model, stages 0-2)
   int64_t grads16 = 0;       // compute-dtype gradients kept between micro-steps (whole model for 0-1, none for 2)
@@ -168,7 +168,7 @@ struct StageContext {
       make_param_store;
 };
 
-// Collectives a stage keeps running at once: each holds a bucket (and, with the Gloo fallback, a copy of it).
+// Collectives a stage keeps running at once: each holds a bucket.
 constexpr size_t kMaxCollectivesInFlight = 2;
 
 // Stage 0: plain data parallel. Every rank holds everything; gradients are all-reduced bucket by bucket at the

@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=$PWD/.deps
 # Debian 12 names; the runtime libraries come with their -dev packages' headers so the binaries run there too.
-PACKAGES=(nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev liburing-dev liburing2 libaio-dev libaio1
+PACKAGES=(libgloo-dev nlohmann-json3-dev libcli11-dev libgtest-dev libgmock-dev liburing-dev liburing2 libaio-dev libaio1
   protobuf-compiler libprotoc32 libprotobuf-dev libprotobuf32 libprotobuf-lite32 zlib1g-dev)
 
 case "${1:-}" in
@@ -34,22 +34,15 @@ case "${1:-}" in
       dpkg-deb -x "$deb" "$DEPS/root" 2>/dev/null || (cd "$DEPS/root" && ar p "$deb" data.tar.xz | tar xJ)
     done
     ROOT=$DEPS/root/usr
-    TORCH_PREFIX=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-    # The Debian libraries linked beside LibTorch (GoogleTest, protobuf) use the C++11 std::string ABI; a torch built
-    # with the old one would fail only at the link, on std::string symbols, after minutes of compiling.
-    if [ "$(python3 -c 'import torch; print(int(torch.compiled_with_cxx11_abi()))')" != 1 ]; then
-      echo "device-build.sh: torch $(python3 -c 'import torch; print(torch.__version__)') is built with the" \
-        "pre-C++11 std::string ABI (_GLIBCXX_USE_CXX11_ABI=0); the Debian libraries it links with use the C++11" \
-        "one. Use a torch built with the C++11 ABI." >&2
-      exit 2
-    fi
+    # cmake/dscpp_torch.cmake finds torch through the interpreter and checks its version and string ABI.
+    PYTHON=$(python3 -c 'import sys; print(sys.executable)')
     # nccl.h: the toolkit's, else the one PyTorch's nvidia-nccl wheel ships.
     NCCL_HOME=${NCCL_HOME:-$(python3 -c 'import nvidia.nccl as n; print(list(n.__path__)[0])' 2>/dev/null || true)}
     export NCCL_HOME CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     export PATH=$ROOT/bin:$PATH LD_LIBRARY_PATH=$ROOT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     # The Python package is off here until it is tried against the wheel's own interpreter and pybind11 headers.
     cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_BUILD_BENCH=OFF -DDSCPP_BUILD_PYTHON=OFF \
-      -DCMAKE_PREFIX_PATH="$TORCH_PREFIX;$ROOT;$ROOT/lib/x86_64-linux-gnu/cmake" \
+      -DDSCPP_PYTHON="$PYTHON" -DCMAKE_PREFIX_PATH="$ROOT;$ROOT/lib/x86_64-linux-gnu/cmake" \
       -DCMAKE_LIBRARY_PATH="$ROOT/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$ROOT/include" \
       -DProtobuf_PROTOC_EXECUTABLE="$ROOT/bin/protoc"
     cmake --build "$BUILD_DIR" -j"$(nproc)"

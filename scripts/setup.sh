@@ -55,7 +55,7 @@ else
 fi
 echo "setup.sh: building against torch $("$PYTHON" -c 'import torch; print(torch.__version__)') of $PYTHON"
 
-[ "${TARGETS[0]}" != none ] || exit 0  # "none": the packages only (scripts/test.sh --sanitize configures its own build)
+[ "${TARGETS[0]}" != none ] || exit 0  # "none": packages and torch only (scripts/test.sh --sanitize configures its own build)
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_PYTHON="$PYTHON"
 cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"

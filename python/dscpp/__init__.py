@@ -12,7 +12,15 @@ Everything heavy — partitioning, buckets, collectives, the optimizer, offload,
 """
 import torch  # noqa: F401  (loads libtorch and torch's Python bindings before the extension that uses them)
 
-from ._C import CheckpointError, CommError, ConfigError
+from ._torch_version import BUILT_AGAINST as _BUILT_AGAINST
+
+# The extension runs only on the torch it was compiled against: refuse another before loading it.
+if torch.__version__ != _BUILT_AGAINST:
+    raise ImportError(f"dscpp was built against torch {_BUILT_AGAINST}, but this environment has torch "
+                      f"{torch.__version__}; install torch=={_BUILT_AGAINST.split('+')[0]} (the wheel built for the "
+                      f"same CUDA) or rebuild dscpp in this environment (scripts/setup.sh)")
+
+from ._C import CheckpointError, CommError, ConfigError  # noqa: E402
 from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine

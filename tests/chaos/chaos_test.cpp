@@ -160,8 +160,6 @@ Outcome run_chaos(const Chaos& c) {
   return outcome;
 }
 
-#ifndef DSCPP_LONG_SWEEP
-
 class ChaosSample : public ::testing::TestWithParam<Chaos> {};
 
 TEST_P(ChaosSample, KilledRankStopsTheJobAndARestartEndsBitwise) { run_chaos(GetParam()); }
@@ -178,9 +176,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Chaos{2, 2, false, "checkpoint.published", 1, 0}),
     [](const auto& info) { return info.param.name(); });
 
-#else
-
-// 100 runs drawn from a fixed seed: world 2-4, stage 1-3 (stage 3 with NVMe swapping for swap kills), any point, any
+// The long label's (LongChaos: tests/chaos/CMakeLists.txt). 100 runs drawn from a fixed seed: world 2-4, stage 1-3 (stage 3 with NVMe swapping for swap kills), any point, any
 // rank (rank 0 where only rank 0 passes the point), a hit within what the layout passes.
 TEST(LongChaos, HundredRandomKills) {
   std::mt19937 rng(20261126);
@@ -211,8 +207,6 @@ TEST(LongChaos, HundredRandomKills) {
   EXPECT_EQ(lost, 0);
   EXPECT_EQ(bitwise, kRuns);
 }
-
-#endif
 
 }  // namespace
 }  // namespace dscpp::testing

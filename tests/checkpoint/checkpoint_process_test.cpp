@@ -135,9 +135,6 @@ TEST_P(ExactResume, ContinuesBitwiseAsTheUninterruptedRun) {
   EXPECT_TRUE(a == b) << shape.name() << ": the resumed run's final weights differ from the uninterrupted run's";
 }
 
-// The long binary holds only the whole resharding matrix: CTest labels a test by its name, so a test both binaries
-// held would be "long" in both and leave the default set.
-#ifndef DSCPP_LONG_SWEEP
 INSTANTIATE_TEST_SUITE_P(EveryStage, ExactResume,
                          ::testing::Values(Shape{1, 0}, Shape{1, 1}, Shape{1, 2}, Shape{1, 3}, Shape{2, 0},
                                            Shape{2, 1}, Shape{2, 2}, Shape{2, 3}, Shape{2, 2, false, 2},
@@ -147,9 +144,6 @@ INSTANTIATE_TEST_SUITE_P(EveryStage, ExactResume,
                                            Shape{1, 2, true, 1, "cpu"}, Shape{2, 3, false, 1, "nvme"},
                                            Shape{1, 1, true, 1, "nvme"}, Shape{2, 3, true, 1, "nvme", true}),
                          [](const auto& info) { return info.param.name(); });
-#else
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ExactResume);
-#endif
 
 // ---- Resharding: written by N ranks at stage s, loaded by M ranks at stage t. ----
 
@@ -205,8 +199,8 @@ TEST_P(Resharding, ContinuesAsTheUninterruptedRun) {
   }
 }
 
-std::vector<Reshard> reshard_cases() {
-#ifdef DSCPP_LONG_SWEEP
+// Every world size and stage written, and every one loaded: the long label's (LongMatrix: tests/checkpoint).
+std::vector<Reshard> reshard_matrix() {
   std::vector<Reshard> cases;
   for (int n : {1, 2, 4})
     for (int m : {1, 2, 4})
@@ -214,7 +208,10 @@ std::vector<Reshard> reshard_cases() {
         for (int t = 0; t < 4; ++t)
           if (n != m || s != t) cases.push_back({Shape{n, s}, Shape{m, t}});
   return cases;
-#else
+}
+
+// The default set's sample of it, with bf16, offloaded optimizers and accumulation.
+std::vector<Reshard> reshard_sample() {
   return {{Shape{1, 1}, Shape{2, 3}}, {Shape{2, 3}, Shape{1, 0}}, {Shape{4, 2}, Shape{2, 1}},
           {Shape{2, 0}, Shape{4, 3}}, {Shape{4, 3}, Shape{2, 2}}, {Shape{2, 2, true}, Shape{1, 3, true}},
           // Into and out of an offloaded optimizer: the checkpoint does not record where the state lived.
@@ -223,16 +220,12 @@ std::vector<Reshard> reshard_cases() {
           // The same global batch by accumulation: 3 saved micro-steps of 1 are 6 of this run's 2, so its next
           // boundary ends a whole batch.
           {Shape{2, 2}, Shape{1, 1, false, 2}}};
-#endif
 }
 
-#ifdef DSCPP_LONG_SWEEP
-INSTANTIATE_TEST_SUITE_P(LongMatrix, Resharding, ::testing::ValuesIn(reshard_cases()),
+INSTANTIATE_TEST_SUITE_P(LongMatrix, Resharding, ::testing::ValuesIn(reshard_matrix()),
                          [](const auto& info) { return info.param.name(); });
-#else
-INSTANTIATE_TEST_SUITE_P(Matrix, Resharding, ::testing::ValuesIn(reshard_cases()),
+INSTANTIATE_TEST_SUITE_P(Matrix, Resharding, ::testing::ValuesIn(reshard_sample()),
                          [](const auto& info) { return info.param.name(); });
-#endif
 
 // ---- A save killed (SIGKILL) at each point of the protocol leaves the previous checkpoint usable. ----
 
@@ -277,15 +270,9 @@ TEST_P(KilledSave, LeavesThePreviousCheckpointAndLatestIntact) {
   EXPECT_FALSE(fs::exists(staging_dir(ckpt.string(), "global_step4")));
 }
 
-#ifndef DSCPP_LONG_SWEEP
 INSTANTIATE_TEST_SUITE_P(EveryPoint, KilledSave,
                          ::testing::Values("shard_half_written", "shard_written", "manifest_written", "published"),
                          [](const auto& info) { return info.param; });
-#else
-GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KilledSave);
-#endif
-
-#ifndef DSCPP_LONG_SWEEP
 
 // ---- Damaged checkpoints: a clear error naming the file, on every rank, and nothing saved is touched. ----
 
@@ -477,7 +464,6 @@ TEST(Consolidate, PeakMemoryStaysNearTheLargestTensorNotTheModel) {
   EXPECT_LT(growth, 4 * largest) << big_out.out;
 }
 
-#endif  // DSCPP_LONG_SWEEP
 
 }  // namespace
 }  // namespace dscpp::testing

@@ -207,7 +207,6 @@ std::string self_path;  // this binary (argv[0]), which each rank runs as a work
 std::string self() { return self_path; }
 const char* const kEnv = "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1";
 
-#ifndef DSCPP_LONG_SWEEP
 TEST(Pipeline, EveryStageHoldsItsLayersAndTheTiedEmbeddingTwice) {
   const auto ranks = run_ranks(4, self() + " --worker counts", kEnv);
   for (int r = 0; r < 4; ++r) EXPECT_EQ(ranks[r].code, 0) << "rank " << r << ": " << ranks[r].err;
@@ -230,8 +229,6 @@ TEST(Pipeline, MoreStagesThanLayersNamesBoth) {
   }
 }
 
-#endif
-
 // gpt-train, 20 steps of the tiny GPT at global batch 8 over `micro` micro-batches per rank, clipping at 1.0.
 std::vector<nlohmann::json> gpt_train(int world, int stage, int micro, const std::string& extra) {
   return gpt_train_metrics(world,
@@ -241,7 +238,6 @@ std::vector<nlohmann::json> gpt_train(int world, int stage, int micro, const std
                            extra);
 }
 
-#ifndef DSCPP_LONG_SWEEP
 TEST(Pipeline, GptTrainPipelinedGivesTheOneProcessLosses) {
   const auto whole = gpt_train(1, 0, 1, "");
   ASSERT_EQ(whole.size(), 20u);
@@ -260,8 +256,6 @@ TEST(Pipeline, GptTrainPipelinedGivesTheOneProcessLosses) {
   }
 }
 
-#endif
-
 // Every depth with every micro-batch count against one process.
 void sweep(const std::vector<int>& depths, const std::vector<int>& micros) {
   const auto whole = gpt_train(1, 0, 1, "");
@@ -273,11 +267,9 @@ void sweep(const std::vector<int>& depths, const std::vector<int>& micros) {
   }
 }
 
-// The long label runs every pair (its binary holds only this test: ctest labels tests by name); the default set the
-// deepest pipeline over the most micro-batches.
-#ifdef DSCPP_LONG_SWEEP
+// The long label runs every pair (PipelineLong: tests/pipe/CMakeLists.txt); the default set the deepest pipeline over
+// the most micro-batches.
 TEST(PipelineLong, GptTrainPipelinedOverEveryDepthAndMicroBatchCount) { sweep({2, 4}, {1, 2, 8}); }
-#else
 TEST(Pipeline, GptTrainPipelinedOverFourStagesAndEightMicroBatches) { sweep({4}, {8}); }
 
 // 1F1B's memory bound: a stage's activation peak (CPU tensor bytes above the step's start) does not grow with the
@@ -350,8 +342,6 @@ TEST(Pipeline, GptTrainNamesWhatDoesNotPipeline) {
     }
   }
 }
-
-#endif
 
 }  // namespace
 }  // namespace dscpp::testing

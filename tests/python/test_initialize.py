@@ -2,6 +2,9 @@
 of bad input (never a crash, a hang or a C++ abort)."""
 import argparse
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -232,3 +235,20 @@ def test_memory_reports_the_model_state_bytes():
     memory = engine.memory()
     whole = sum(p.numel() * 4 for p in engine.module.parameters())
     assert memory["params"] == whole and memory["optimizer_state"] == 2 * whole, memory
+
+
+def test_import_refuses_another_torch_naming_both_versions(tmp_path):
+    """dscpp's extension runs only on the torch it was compiled against: under another, `import dscpp` raises an
+    ImportError naming both versions before it loads the extension (which would otherwise fail on missing symbols or
+    crash). The other torch is a stand-in package on the path ahead of the real one."""
+    from dscpp._torch_version import BUILT_AGAINST
+    assert BUILT_AGAINST == torch.__version__
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text('__version__ = "2.10.0+cpu"\n')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    result = subprocess.run([sys.executable, "-c", "import dscpp"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result
+    last = result.stderr.strip().splitlines()[-1]
+    assert last == (f"ImportError: dscpp was built against torch {BUILT_AGAINST}, but this environment has torch "
+                    f"2.10.0+cpu; install torch=={BUILT_AGAINST.split('+')[0]} (the wheel built for the same CUDA) or "
+                    f"rebuild dscpp in this environment (scripts/setup.sh)"), result.stderr

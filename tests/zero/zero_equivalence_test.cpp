@@ -148,8 +148,8 @@ TEST_P(ZeroEquivalence, LossTrajectoryMatchesStage0OnOneProcess) {
   EXPECT_LT(actual.back()["loss"].get<double>(), actual.front()["loss"].get<double>() - 0.5);
 }
 
-std::vector<ZeroRun> equivalence_runs() {
-#ifdef DSCPP_LONG_SWEEP
+// The long label's sweep (LongStages: tests/zero/CMakeLists.txt): every stage, world and accumulation.
+std::vector<ZeroRun> sweep_runs() {
   std::vector<ZeroRun> runs;
   for (int stage : {0, 1, 2})
     for (int world : {1, 2, 4})
@@ -165,7 +165,10 @@ std::vector<ZeroRun> equivalence_runs() {
   for (int world : {2, 4}) runs.push_back({3, world, 2, false, 20, 16, 0, true, false});
   runs.push_back({3, 4, 2, true, 20, 16, 20'000});
   return runs;
-#else
+}
+
+// The default set's sample of it.
+std::vector<ZeroRun> equivalence_runs() {
   return {{0, 2, 1, false},
           {1, 2, 1, false},
           {2, 2, 1, false},
@@ -179,17 +182,19 @@ std::vector<ZeroRun> equivalence_runs() {
           {3, 3, 2, false, 20, 12, 0, false},
           {3, 2, 2, false, 20, 16, 0, true, false},
           {3, 2, 2, true, 20, 16, 20'000}};
-#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Stages, ZeroEquivalence, ::testing::ValuesIn(equivalence_runs()),
+                         [](const auto& info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(LongStages, ZeroEquivalence, ::testing::ValuesIn(sweep_runs()),
                          [](const auto& info) { return info.param.name(); });
 
 // ZeRO-Offload and ZeRO-Infinity: the optimizer on the host (the SIMD CPU Adam) with its state in memory
 // or on disk, stepping in sub-groups that do not line up with the communication groups (sub_group_size 7,001
 // against groups of 30,011), must still be stage 0's trajectory, for stages 1-3 on 1 and 2 processes, with
 // accumulation, and in bf16.
-std::vector<ZeroRun> offload_runs() {
+// `sweep`: the long label's extra runs (LongOffload), bf16 through the swap file; else the default set's.
+std::vector<ZeroRun> offload_runs(bool sweep) {
   std::vector<ZeroRun> runs;
   auto add = [&](int stage, int world, int gas, bool bf16, const std::string& device, int64_t sub_group,
                  const std::string& params = "") {
@@ -199,6 +204,13 @@ std::vector<ZeroRun> offload_runs() {
     run.offload_param = params;
     runs.push_back(run);
   };
+  if (sweep) {
+    // bf16 through the swap file takes ~40 s on two cores; the default set keeps bf16 offload to cpu, and
+    // test_checkpoint_process resumes bf16 nvme runs bitwise.
+    add(3, 2, 1, true, "nvme", 7'001);
+    add(3, 2, 1, true, "nvme", 7'001, "nvme");
+    return runs;
+  }
   for (int stage : {1, 2, 3})
     for (int world : {1, 2}) add(stage, world, world == 1 ? 2 : 1, false, "cpu", 7'001);
   add(2, 2, 2, false, "cpu", 0);  // one sub-group: the whole partition
@@ -207,11 +219,6 @@ std::vector<ZeroRun> offload_runs() {
   // ZeRO-Infinity: the same state swapped through a file per rank, read ahead and written behind.
   for (int stage : {1, 2, 3})
     for (int world : {1, 2}) add(stage, world, world == 1 ? 2 : 1, false, "nvme", 7'001);
-#ifdef DSCPP_LONG_SWEEP
-  // bf16 through the swap file takes ~40 s on two cores; the default set keeps bf16 offload to cpu, and
-  // test_checkpoint_process resumes bf16 nvme runs bitwise.
-  add(3, 2, 1, true, "nvme", 7'001);
-#endif
   // Stage 3's 16-bit partition in host memory or on disk too (ZeRO-Infinity's parameter offload), each block's
   // shard read back for its gathers; with and without the optimizer offloaded.
   add(3, 1, 2, false, "cpu", 7'001, "cpu");
@@ -219,18 +226,14 @@ std::vector<ZeroRun> offload_runs() {
   add(3, 1, 2, false, "nvme", 7'001, "nvme");
   add(3, 2, 1, false, "nvme", 7'001, "nvme");
   add(3, 2, 2, false, "", 0, "nvme");
-#ifdef DSCPP_LONG_SWEEP
-  add(3, 2, 1, true, "nvme", 7'001, "nvme");
-#endif
   return runs;
 }
 
-INSTANTIATE_TEST_SUITE_P(Offload, ZeroEquivalence, ::testing::ValuesIn(offload_runs()),
+INSTANTIATE_TEST_SUITE_P(Offload, ZeroEquivalence, ::testing::ValuesIn(offload_runs(false)),
+                         [](const auto& info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(LongOffload, ZeroEquivalence, ::testing::ValuesIn(offload_runs(true)),
                          [](const auto& info) { return info.param.name(); });
 
-// Plain tests are in the default binary only: CTest labels a test by its name, so one the long binary held too would
-// be "long" in both and leave the default set.
-#ifndef DSCPP_LONG_SWEEP
 // The comms summary's rows of rank 0's log: (op, message bytes).
 std::vector<std::pair<std::string, double>> comms_rows(const std::string& log) {
   std::vector<std::pair<std::string, double>> rows;
@@ -306,7 +309,6 @@ TEST(ZeroLauncher, TwoNoSshNodesTrainLikeOneProcess) {
   }
 }
 
-#endif  // DSCPP_LONG_SWEEP
 
 // bf16 + Adam is the setting of zero/memory_estimate.h's formulas: 16-bit params and grads, fp32 master and Adam state.
 class ZeroMemory : public ::testing::TestWithParam<ZeroRun> {};
@@ -327,22 +329,19 @@ TEST_P(ZeroMemory, ModelStateBytesMatchTheFormula) {
   EXPECT_TRUE(within(measured["model_states"], expected.total)) << measured << " vs total " << expected.total;
 }
 
-std::vector<ZeroRun> memory_runs() {
+// Every stage at `worlds`.
+std::vector<ZeroRun> memory_runs(const std::vector<int>& worlds) {
   std::vector<ZeroRun> runs;
-#ifdef DSCPP_LONG_SWEEP
-  const std::vector<int> worlds = {1, 2, 4};
-#else
-  const std::vector<int> worlds = {2};
-#endif
   for (int stage : {0, 1, 2, 3})
     for (int world : worlds) runs.push_back({stage, world, 1, true, 1});
   return runs;
 }
 
-INSTANTIATE_TEST_SUITE_P(Stages, ZeroMemory, ::testing::ValuesIn(memory_runs()),
+INSTANTIATE_TEST_SUITE_P(Stages, ZeroMemory, ::testing::ValuesIn(memory_runs({2})),
+                         [](const auto& info) { return info.param.name(); });
+INSTANTIATE_TEST_SUITE_P(LongStages, ZeroMemory, ::testing::ValuesIn(memory_runs({1, 4})),
                          [](const auto& info) { return info.param.name(); });
 
-#ifndef DSCPP_LONG_SWEEP
 // save_16bit_model: ZeRO-3 on two ranks writes the same whole weights as ZeRO-2 on two ranks after 5 steps (the
 // same per-rank batches and two-term gradient sums, so only the clipping norm's summation order differs), under the
 // model's own names; without stage3_gather_16bit_weights_on_model_save it saves nothing and
@@ -397,7 +396,6 @@ TEST(Zero3Memory, GatheredPeakFollowsLiveAndReuseSettings) {
   EXPECT_EQ(released["model_states"], kept["model_states"]);
 }
 
-#endif  // DSCPP_LONG_SWEEP
 
 }  // namespace
 }  // namespace dscpp::testing

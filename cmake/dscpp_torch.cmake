@@ -4,8 +4,9 @@
 #
 # DSCPP_PYTHON: the interpreter given with -DDSCPP_PYTHON=..., else the active virtual environment's, else the
 # repository's .venv (scripts/setup.sh makes it), else python3 on PATH.
-# Supported: torch >= DSCPP_TORCH_MIN and < DSCPP_TORCH_BELOW; CI pins the version in scripts/setup.sh (TORCH_PIN).
-# Another version stops the configure, naming both (tests/build checks it).
+# Supported: torch >= DSCPP_TORCH_MIN and < DSCPP_TORCH_BELOW (scripts/setup.sh reads the two lines below to choose an
+# interpreter); CI pins the version in scripts/setup.sh (TORCH_PIN). Another version stops the configure, naming both
+# (tests/build checks it).
 
 set(DSCPP_TORCH_MIN 2.11)
 set(DSCPP_TORCH_BELOW 2.12)
@@ -23,7 +24,7 @@ endif()
 
 execute_process(
   COMMAND "${DSCPP_PYTHON}" -c
-          "import torch, torch.utils; print(torch.__version__.split('+')[0]); print(torch.utils.cmake_prefix_path); print(int(torch.compiled_with_cxx11_abi())); print(torch.__version__)"
+          "import torch, torch.utils; print(torch.__version__); print(torch.utils.cmake_prefix_path); print(int(torch.compiled_with_cxx11_abi()))"
   RESULT_VARIABLE torch_probe_rc OUTPUT_VARIABLE torch_probe ERROR_VARIABLE torch_probe_err
   OUTPUT_STRIP_TRAILING_WHITESPACE)
 if(NOT torch_probe_rc EQUAL 0)
@@ -33,10 +34,10 @@ if(NOT torch_probe_rc EQUAL 0)
     ">= ${DSCPP_TORCH_MIN}, < ${DSCPP_TORCH_BELOW}, or pass -DDSCPP_PYTHON=/path/to/python.")
 endif()
 string(REPLACE "\n" ";" torch_probe "${torch_probe}")
-list(GET torch_probe 0 DSCPP_TORCH_VERSION)
+list(GET torch_probe 0 DSCPP_TORCH_BUILT_AGAINST)  # torch.__version__, e.g. 2.11.0+cu130: what dscpp imports with
 list(GET torch_probe 1 torch_prefix)
 list(GET torch_probe 2 torch_cxx11_abi)
-list(GET torch_probe 3 DSCPP_TORCH_BUILT_AGAINST)  # torch.__version__ itself, e.g. 2.11.0+cu130: what dscpp imports with
+string(REGEX REPLACE "\\+.*" "" DSCPP_TORCH_VERSION "${DSCPP_TORCH_BUILT_AGAINST}")  # 2.11.0
 if(DSCPP_TORCH_VERSION VERSION_LESS DSCPP_TORCH_MIN OR NOT DSCPP_TORCH_VERSION VERSION_LESS DSCPP_TORCH_BELOW)
   message(FATAL_ERROR "'${DSCPP_PYTHON}' has torch ${DSCPP_TORCH_VERSION}; deepspeed.cpp supports torch "
     ">= ${DSCPP_TORCH_MIN}, < ${DSCPP_TORCH_BELOW} (scripts/setup.sh installs the pinned one into .venv).")

@@ -40,9 +40,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # The interpreter: PYTHON if given, else the active python3 when its torch is supported, else .venv with the pin.
-supported='import sys, torch; v = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]); sys.exit(not (2, 11) <= v < (2, 12))'
+# The supported range is cmake/dscpp_torch.cmake's (DSCPP_TORCH_MIN, DSCPP_TORCH_BELOW: major.minor).
+range() { sed -n "s/^set($1 \([0-9]*\)\.\([0-9]*\))$/(\1, \2)/p" cmake/dscpp_torch.cmake; }
+MIN=$(range DSCPP_TORCH_MIN) BELOW=$(range DSCPP_TORCH_BELOW)
+supported="import sys, torch; v = tuple(int(x) for x in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(not $MIN <= v < $BELOW)"
 if [ -n "${PYTHON:-}" ]; then
-  "$PYTHON" -c "$supported" || { echo "setup.sh: PYTHON=$PYTHON has no supported torch (>= 2.11, < 2.12)" >&2; exit 2; }
+  "$PYTHON" -c "$supported" || { echo "setup.sh: PYTHON=$PYTHON has no supported torch (>= $MIN, < $BELOW)" >&2; exit 2; }
 elif command -v python3 >/dev/null && python3 -c "$supported" 2>/dev/null; then
   PYTHON=$(python3 -c 'import sys; print(sys.executable)')
 else

@@ -1,10 +1,10 @@
 # cmake -DSOURCE=<repository> -DWORK=<scratch dir> -P refuses_another_torch.cmake
 # Configures the repository with DSCPP_PYTHON a shell script that prints what cmake/dscpp_torch.cmake's probe reads
-# (version, cmake prefix, C++11 ABI, torch.__version__) for torch 2.10.0, and fails unless the configure stops
+# (torch.__version__, cmake prefix, C++11 ABI) for torch 2.10.0, and fails unless the configure stops
 # with the message that names both versions.
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
-file(WRITE ${WORK}/python "#!/bin/sh\nprintf '2.10.0\\n/nonexistent\\n1\\n2.10.0+cpu\\n'\n")
+file(WRITE ${WORK}/python "#!/bin/sh\nprintf '2.10.0+cpu\\n/nonexistent\\n1\\n'\n")
 file(CHMOD ${WORK}/python PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE} -B ${WORK}/build -DDSCPP_PYTHON=${WORK}/python
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -41,40 +41,10 @@ constexpr const char* kConfig = R"({
                         "stage3_max_reuse_distance": 0, "stage3_prefetch_bucket_size": 1, "overlap_comm": false}
 })";
 
-// One step of a two-block GPT of width 64 through its own engine, built partitioned as the real one is.
-void warm_up(const Config& config, const std::shared_ptr<Comm>& comm) {
-  gpt::GptConfig c = model_config();
-  c.n_layer = 2;
-  c.n_embd = 64;
-  InitOptions init;
-  init.partitioned = std::make_shared<PartitionedInit>(config, comm);
-  gpt::Gpt model(c, [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
-    zero_init->partition(block);
-  });
-  auto engine = initialize(model.ptr(), config, init);
-  model->set_block_runner([&](const gpt::Block& block, const torch::Tensor& x) {
-    return engine->run_unit(*block, [&] { return block.ptr()->forward(x); });
-  });
-  const auto tokens = torch::arange(33, torch::kLong).view({1, 33});
-  auto loss = engine->forward([&] { return model->loss(tokens.narrow(1, 0, 32), tokens.narrow(1, 1, 32)); });
-  engine->backward(loss);
-  engine->step();
-}
-
-// Prints "key value" lines: rss before the model existed, peak rss at the end, the step's loss.
-int run_worker(bool partitioned) {
-  const auto env = DistEnv::from_env();
-  ConfigOptions options;
-  options.world_size = env.world_size;
-  const auto config = Config::from_string(kConfig, options);
-  // The comm first, in both builds, so that the baseline includes it and only the model's memory is compared.
-  auto comm = init_comm(env, CommBackend::kGloo);
-  // And one step of a tiny model of the same kind, so that the baseline also holds the code a step runs: RSS counts
-  // the pages of torch's libraries as they are first executed (the CUDA wheel's are over 1 GB), and the model's own
-  // step would otherwise be charged for them (~150 MB a rank with torch 2.11).
-  warm_up(config, comm);
-  const int64_t baseline = resident_bytes();
-
+// Builds `shape` partitioned (zero.Init) or whole and trains it one step on `tokens` (1 × 33): its loss, and in
+// `built` the resident bytes once it was built.
+double train_one_step(const gpt::GptConfig& shape, bool partitioned, const Config& config,
+                      const std::shared_ptr<Comm>& comm, const torch::Tensor& tokens, int64_t* built = nullptr) {
   InitOptions init;
   gpt::GptImpl::BlockBuilt block_built;
   if (partitioned) {
@@ -85,9 +55,8 @@ int run_worker(bool partitioned) {
   } else {
     init.comm = comm;
   }
-  torch::manual_seed(5);
-  gpt::Gpt model(model_config(), block_built);
-  const int64_t built = resident_bytes();
+  gpt::Gpt model(shape, block_built);
+  if (built) *built = resident_bytes();
   if (!partitioned) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
@@ -95,15 +64,35 @@ int run_worker(bool partitioned) {
   model->set_block_runner([&](const gpt::Block& block, const torch::Tensor& x) {
     return engine->run_unit(*block, [&] { return block.ptr()->forward(x); });
   });
-
-  const auto tokens = torch::arange(33 * env.rank, 33 * env.rank + 33, torch::kLong).remainder(256).view({1, 33});
-  const auto inputs = tokens.narrow(1, 0, 32), targets = tokens.narrow(1, 1, 32);
-  auto loss = engine->forward([&] { return model->loss(inputs, targets); });
+  auto loss = engine->forward([&] { return model->loss(tokens.narrow(1, 0, 32), tokens.narrow(1, 1, 32)); });
   engine->backward(loss);
   engine->step();
+  return engine->last_step().loss;
+}
 
-  std::cout << std::setprecision(17) << "baseline " << baseline << "\nbuilt " << built << "\npeak " << peak_resident_bytes() << "\nloss "
-            << engine->last_step().loss << "\nparams " << model_config().num_params() << std::endl;
+// Prints "key value" lines: rss before the model existed, peak rss at the end, the step's loss.
+int run_worker(bool partitioned) {
+  const auto env = DistEnv::from_env();
+  ConfigOptions options;
+  options.world_size = env.world_size;
+  const auto config = Config::from_string(kConfig, options);
+  // The comm first, in both builds, so that the baseline includes it and only the model's memory is compared.
+  auto comm = init_comm(env, CommBackend::kGloo);
+  // And one step of a two-block GPT of width 64, so that the baseline also holds the code a step runs: RSS counts
+  // the pages of torch's libraries as they are first executed (the CUDA wheel's are over 1 GB), which the model's
+  // own step would otherwise be charged for.
+  gpt::GptConfig tiny = model_config();
+  tiny.n_layer = 2;
+  tiny.n_embd = 64;
+  train_one_step(tiny, true, config, comm, torch::arange(33, torch::kLong).view({1, 33}));
+  const int64_t baseline = resident_bytes();
+
+  torch::manual_seed(5);
+  int64_t built = 0;
+  const auto tokens = torch::arange(33 * env.rank, 33 * env.rank + 33, torch::kLong).remainder(256).view({1, 33});
+  const double loss = train_one_step(model_config(), partitioned, config, comm, tokens, &built);
+  std::cout << std::setprecision(17) << "baseline " << baseline << "\nbuilt " << built << "\npeak "
+            << peak_resident_bytes() << "\nloss " << loss << "\nparams " << model_config().num_params() << std::endl;
   return 0;
 }
 
@@ -119,8 +108,8 @@ std::vector<std::map<std::string, double>> run(int world, bool partitioned) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
   // RSS is to measure what the ranks hold, not what malloc keeps for reuse: every block of 256 KiB and more is mapped
   // and unmapped (which also leaves the engine's malloc tuning off, engine/host_malloc.h). Under the engine's
-  // thresholds (blocks up to 32 MiB kept in the heap) torch 2.11 Gloo's temporaries, allocated in its worker
-  // threads' arenas, stay resident after the step: 290-350 MB a rank here against 229 MB mapped and unmapped.
+  // thresholds (blocks up to 32 MiB kept in the heap) the partitioned ranks peaked at 290-365 MB with torch 2.11
+  // (heaptrack: tensors at most 195 MB), against 229 MB mapped and unmapped.
   const auto ranks = run_ranks(world, self + " --worker " + (partitioned ? "1" : "0"),
                                "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=120 MALLOC_MMAP_THRESHOLD_=262144");
   std::vector<std::map<std::string, double>> out;

@@ -4,11 +4,12 @@
 # (header-only libraries, GoogleTest, liburing, libaio, protobuf) travel with the working tree as Debian packages:
 #
 #   scripts/device-build.sh fetch               here: downloads their .debs into .deps/debs (git ignores .deps/)
-#   scripts/device-build.sh build [build-dir]   there: unpacks them under .deps/root, configures against python3's
-#                                               torch (torch.utils.cmake_prefix_path) and builds (default build-cuda)
+#   scripts/device-build.sh build [build-dir [target...]]
+#                                               there: unpacks them under .deps/root, configures against python3's
+#                                               torch and builds the targets (default: all) in build-dir (default
+#                                               build-cuda)
 #
-# With the device tool: run(carry=[".deps"], command="scripts/device-build.sh build && DSCPP_TEST_DEVICE=cuda
-# ctest --test-dir build-cuda -LE long --output-on-failure"). Benchmarks are left out.
+# scripts/device-check.sh calls it with the targets its tests and benchmarks need.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPS=$PWD/.deps
@@ -24,6 +25,7 @@ case "${1:-}" in
     ;;
   build)
     BUILD_DIR=${2:-build-cuda}
+    TARGETS=("${@:3}")
     if [ ! -d "$DEPS/debs" ]; then
       echo "device-build.sh: no $DEPS/debs; run 'scripts/device-build.sh fetch' here first" >&2
       exit 2
@@ -41,15 +43,15 @@ case "${1:-}" in
     export NCCL_HOME CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
     export PATH=$ROOT/bin:$PATH LD_LIBRARY_PATH=$ROOT/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     # The Python package is off here until it is tried against the wheel's own interpreter and pybind11 headers.
-    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_BUILD_BENCH=OFF -DDSCPP_BUILD_PYTHON=OFF \
+    cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDSCPP_BUILD_BENCH=ON -DDSCPP_BUILD_PYTHON=OFF \
       -DDSCPP_PYTHON="$PYTHON" -DCMAKE_PREFIX_PATH="$ROOT;$ROOT/lib/x86_64-linux-gnu/cmake" \
       -DCMAKE_LIBRARY_PATH="$ROOT/lib/x86_64-linux-gnu" -DCMAKE_INCLUDE_PATH="$ROOT/include" \
       -DProtobuf_PROTOC_EXECUTABLE="$ROOT/bin/protoc"
-    cmake --build "$BUILD_DIR" -j"$(nproc)"
+    cmake --build "$BUILD_DIR" -j"$(nproc)" ${TARGETS[@]:+--target "${TARGETS[@]}"}
     echo "built $BUILD_DIR against torch $(python3 -c 'import torch; print(torch.__version__)')"
     ;;
   *)
-    echo "usage: scripts/device-build.sh fetch | build [build-dir]" >&2
+    echo "usage: scripts/device-build.sh fetch | build [build-dir [target...]]" >&2
     exit 2
     ;;
 esac

@@ -8,6 +8,7 @@ The model and data are gpt-train's, from examples/python/gpt.py: the same weight
 the first step is gpt-train's), the embedded default corpus read from the same files, or --data.
 The optimizer is torch.optim.AdamW(foreach=True) on all parameters: lr 1e-3, weight decay 0.1, betas (0.9, 0.999),
 eps 1e-8, no clipping, no schedule — what the benches' DeepSpeed config (bench/common.sh zero_config) asks for.
+--fused uses torch's fused AdamW kernel instead; --device cuda trains on one GPU (scripts/device-check.sh).
 --bf16 trains as the engine's bf16 does: bf16 weights and gradients, AdamW on fp32 master copies.
 Writes gpt-train's --metrics lines (step, loss, lr, step_ms, tokens_per_s, world_size, rss_bytes, peak_rss_bytes,
 and vm_peak_bytes, its peak address space) with rank 0's loss (gpt-train's is the mean over ranks, an extra
@@ -66,6 +67,10 @@ def main():
     p.add_argument("--n_head", type=int, help="override the preset's head count")
     p.add_argument("--no_foreach", action="store_true",
                    help="AdamW one tensor at a time: no whole-model temporaries (the leanest plain loop in memory)")
+    p.add_argument("--fused", action="store_true",
+                   help="torch's fused AdamW kernel (fused=True): the fastest plain step on a GPU")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="cuda: this rank's GPU (cuda:LOCAL_RANK); step times then wait for the GPU to finish")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -73,6 +78,12 @@ def main():
     # Under `dscpp launch` / torchrun: DDP over Gloo, each rank training its rows of the global batch.
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    device = torch.device("cpu")
+    if a.device == "cuda":
+        if world > 1:
+            p.error("--device cuda trains on one process (the ranks would average over Gloo); run it without launch")
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
     if world > 1:
         torch.distributed.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
 
@@ -81,28 +92,30 @@ def main():
     seq_len = a.seq_len or min(block_size, 128)
     tokens = load_tokens(a.data, seq_len)
     torch.manual_seed(a.seed)
-    model = Gpt(256, n_layer, n_head, n_embd, block_size)
+    model = Gpt(256, n_layer, n_head, n_embd, block_size).to(device)
     params = list(model.parameters())
     if a.bf16:
         model.to(torch.bfloat16)
         master = [q.detach().float().requires_grad_() for q in params]
     else:
         master = params
+    # fused and foreach exclude each other in torch.optim.AdamW.
     optimizer = torch.optim.AdamW(master, lr=a.lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=a.weight_decay,
-                                  foreach=not a.no_foreach)
+                                  foreach=False if a.fused else not a.no_foreach, fused=a.fused or None)
     ddp = world > 1 and not a.bf16
     train = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
     global_batch = a.micro_batch * world
     if rank == 0:
         print(f"[gpt_loop] torch {torch.__version__}, {torch.get_num_threads()} threads; model {a.model} "
               f"({sum(q.numel() for q in params)} params), seq {seq_len}; global batch {global_batch} = micro "
-              f"{a.micro_batch} x world {world}; {'bf16' if a.bf16 else 'fp32'}", flush=True)
+              f"{a.micro_batch} x world {world}; {'bf16' if a.bf16 else 'fp32'}; {device}"
+              f"{'; fused AdamW' if a.fused else ''}", flush=True)
 
     metrics = open(a.metrics, "w") if a.metrics and rank == 0 else None
     for step in range(a.steps):
         start = time.perf_counter()
         inputs, targets = rows(tokens, seq_len, step, global_batch, rank * a.micro_batch, a.micro_batch)
-        loss = train(inputs, targets)
+        loss = train(inputs.to(device), targets.to(device))
         optimizer.zero_grad(set_to_none=True)
         if a.bf16:
             model.zero_grad(set_to_none=True)
@@ -119,6 +132,8 @@ def main():
             with torch.no_grad():
                 for m, q in zip(master, params):
                     q.copy_(m)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the step is done when the GPU is, as gpt-train's (it reads the loss)
         step_ms = (time.perf_counter() - start) * 1000.0
         if metrics:
             rss, peak, vm_peak = memory_bytes()

@@ -52,9 +52,8 @@ class Attention(nn.Module):
         B, T, C = x.shape
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in self.c_attn(x).split(C, dim=2))  # 3 x (B, nh, T, hs)
-        scores = torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(q.size(-1)))
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        y = torch.matmul(torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1), v)
+        # torch's fused attention, as gpt.cpp's (examples/gpt/model/attention.cpp): flash attention on a GPU.
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 

@@ -2,8 +2,8 @@
 # links that interpreter's LibTorch (site-packages/torch/lib) and the Python package is built for that interpreter,
 # so `import dscpp` and the engine always run on the same torch.
 #
-# DSCPP_PYTHON: the interpreter given with -DDSCPP_PYTHON=..., else the active virtual environment's, else the
-# repository's .venv (scripts/setup.sh makes it), else python3 on PATH.
+# DSCPP_PYTHON: the interpreter given with -DDSCPP_PYTHON=..., else pip's under `pip install .`, else the active virtual
+# environment's, else the repository's .venv (scripts/setup.sh makes it), else python3 on PATH.
 # Supported: torch >= DSCPP_TORCH_MIN and < DSCPP_TORCH_BELOW (scripts/setup.sh reads the two lines below to choose an
 # interpreter); CI pins the version in scripts/setup.sh (TORCH_PIN). Another version stops the configure, naming both
 # (tests/build checks it).
@@ -12,7 +12,10 @@ set(DSCPP_TORCH_MIN 2.11)
 set(DSCPP_TORCH_BELOW 2.12)
 
 if(NOT DSCPP_PYTHON)
-  if(DEFINED ENV{VIRTUAL_ENV} AND EXISTS "$ENV{VIRTUAL_ENV}/bin/python")
+  if(SKBUILD AND Python_EXECUTABLE)
+    # `pip install .` (pyproject.toml): the interpreter pip installs for.
+    set(default_python "${Python_EXECUTABLE}")
+  elseif(DEFINED ENV{VIRTUAL_ENV} AND EXISTS "$ENV{VIRTUAL_ENV}/bin/python")
     set(default_python "$ENV{VIRTUAL_ENV}/bin/python")
   elseif(EXISTS "${PROJECT_SOURCE_DIR}/.venv/bin/python")
     set(default_python "${PROJECT_SOURCE_DIR}/.venv/bin/python")
@@ -22,8 +25,10 @@ if(NOT DSCPP_PYTHON)
   set(DSCPP_PYTHON "${default_python}" CACHE FILEPATH "The Python interpreter whose torch we build against")
 endif()
 
+# Without PYTHONPATH and PYTHONNOUSERSITE: under pip's build isolation they hide the environment's own site-packages
+# (torch among them) from its interpreter; elsewhere they are rarely set, and torch is found without them.
 execute_process(
-  COMMAND "${DSCPP_PYTHON}" -c
+  COMMAND "${CMAKE_COMMAND}" -E env --unset=PYTHONPATH --unset=PYTHONNOUSERSITE "${DSCPP_PYTHON}" -c
           "import torch, torch.utils; print(torch.__version__); print(torch.utils.cmake_prefix_path); print(int(torch.compiled_with_cxx11_abi()))"
   RESULT_VARIABLE torch_probe_rc OUTPUT_VARIABLE torch_probe ERROR_VARIABLE torch_probe_err
   OUTPUT_STRIP_TRAILING_WHITESPACE)

@@ -9,7 +9,8 @@
 #                                                                               sizes, the existing build
 #
 # Steps, in order, each under its own `timeout` (stated seconds, cut to what is left of BUDGET_S, default 500; a step
-# with under 15 s left is skipped), each writing NAME.log under $OUT (the device tool's; else out/device-check):
+# with under 15 s left is skipped), each writing NAME.log, packed into $OUT/logs.tar.gz ($OUT: the device tool's;
+# else out/device-check):
 #   env       the GPU, driver, torch, CPU                                                      ~5 s
 #   build     scripts/device-build.sh: build-cuda against the device's torch, only the targets below  ~150 s (16 cores)
 #   tests     the CUDA build's tests with DSCPP_TEST_DEVICE=cuda: engine, every ZeRO stage, offload, checkpoints,
@@ -32,23 +33,31 @@ RUN_STEP=
 if [ "${2:-}" = "--run-step" ]; then RUN_STEP=$3; fi
 OUT=${OUT:-$ROOT/out/device-check}
 mkdir -p "$OUT"
+# The device tool brings back only a few files from $OUT, so the logs are written elsewhere (WORK) and $OUT holds two:
+# summary.txt and logs.tar.gz, both rewritten after every step.
+if [ -z "${DEVICE_CHECK_WORK:-}" ]; then
+  DEVICE_CHECK_WORK=$(mktemp -d "${TMPDIR:-/tmp}/device-check.XXXXXX")
+  export DEVICE_CHECK_WORK  # the --run-step children write nothing there, but must not make their own
+fi
+WORK=$DEVICE_CHECK_WORK
+mkdir -p "$WORK"
 BUDGET_S=${BUDGET_S:-500}
 START=$SECONDS
-SUMMARY=$OUT/summary.txt
-FIGURES=$OUT/figures.txt
+SUMMARY=$WORK/summary.txt
+FIGURES=$WORK/figures.txt
 
 # The tests a GPU changes: the device-parameterised engine, ZeRO, offload, checkpoint and activation suites, the
 # device choice itself and NCCL (ctest names; the default set's, not the long one's).
-TESTS='^(Engine|EngineStages|EnginePrecision|EngineTensors|EngineCheckpoint|ActivationCheckpointing|CheckpointedTraining|Stages/CheckpointedTraining|Stages/ZeroEquivalence|Offload/ZeroEquivalence|EveryStage/ExactResume|RankDevice|CommBackendFor|FlatAdam|FlatOptimizer|NcclOneRank)\.'
+TESTS='^(Engine|EngineStages|EnginePrecision|EngineTensors|EngineCheckpoint|ActivationCheckpointing|CheckpointedTraining|Stages/CheckpointedTraining|Stages/ZeroEquivalence|Offload/ZeroEquivalence|EveryStage/ExactResume|RankDevice|CommBackendFor|FlatAdam|FlatOptimizer|NcclOneRank|DeviceMemoryCounter)\.'
 TARGETS=(gpt-train bench_cpu_adam test_engine test_device test_zero_equivalence test_checkpoint_engine
-  test_checkpoint_process test_activation_checkpointing flat_optimizer_test nccl_one_rank_test)
+  test_checkpoint_process test_activation_checkpointing flat_optimizer_test nccl_one_rank_test test_device_memory)
 
 if [ $DRY = 1 ]; then
   BUILD=$(realpath -m "${1:-$ROOT/build}")
   ARGS=(--dry-run "$BUILD")
   DEVICE=cpu
   PYTHON=$(sed -n 's/^DSCPP_PYTHON:[A-Z]*=//p' "$BUILD/CMakeCache.txt")
-  TESTS='^(RankDevice|NcclOneRank)\.'  # the ctest call itself, in seconds
+  TESTS='^(RankDevice|NcclOneRank|DeviceMemoryCounter)\.'  # the ctest call itself, in seconds
   MODEL=(--model tiny --seq_len 64 --micro_batch 2)
   BIG=(--model tiny --seq_len 64 --micro_batch 1)
   STEPS=4
@@ -78,10 +87,12 @@ fi
 write_summary() {
   {
     echo "device-check $( [ $DRY = 1 ] && echo "(dry run, CPU)" ) $(date -u +%FT%TZ), commit ${DEVICE_CHECK_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"
-    cat "$OUT/steps.txt"
+    cat "$WORK/steps.txt"
     echo "figures:"
     cat "$FIGURES"
   } >"$SUMMARY"
+  cp "$SUMMARY" "$OUT/summary.txt"
+  tar -czf "$OUT/logs.tar.gz.part" -C "$WORK" . && mv "$OUT/logs.tar.gz.part" "$OUT/logs.tar.gz"
 }
 
 # step NAME SECONDS COMMAND...: runs COMMAND with stdout and stderr in NAME.log under the smaller of SECONDS and
@@ -91,14 +102,14 @@ step() {
   shift 2
   local left=$((BUDGET_S - (SECONDS - START)))
   if [ "$left" -lt 15 ]; then
-    printf '%-8s skipped (budget: %ds left)\n' "$name" "$left" >>"$OUT/steps.txt"
+    printf '%-8s skipped (budget: %ds left)\n' "$name" "$left" >>"$WORK/steps.txt"
     write_summary
     return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
   local began=$SECONDS rc
   if declare -F "$1" >/dev/null; then set -- "$0" "${ARGS[@]}" --run-step "$1"; fi
-  timeout --kill-after=10 "$limit" "$@" >"$OUT/$name.log" 2>&1
+  timeout --kill-after=10 "$limit" "$@" >"$WORK/$name.log" 2>&1
   rc=$?
   local took=$((SECONDS - began)) status
   case $rc in
@@ -106,7 +117,7 @@ step() {
     124 | 137) status="timed out after ${limit}s" ;;
     *) status="failed (exit $rc)" ;;
   esac
-  printf '%-8s %-28s %4ds  (%s.log)\n' "$name" "$status" "$took" "$name" >>"$OUT/steps.txt"
+  printf '%-8s %-28s %4ds  (%s.log)\n' "$name" "$status" "$took" "$name" >>"$WORK/steps.txt"
   write_summary
   return $rc
 }
@@ -127,11 +138,24 @@ print("%.1f" % statistics.median(values) if values[0] is not None else "n/a")
 EOF
 }
 
+# The medians of a --metrics file's phases (wall_clock_s: forward, backward, optimizer step), in ms, after the
+# warm-up steps: where a step's time goes. On a GPU the phase that first waits for the device (the step's gradient
+# norm reads it back) also carries the kernels queued before it.
+phases() {
+  "$PYTHON" - "$1" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])][2:]
+if rows and "wall_clock_s" in rows[0]:
+    print(", ".join("%s %.1f ms" % (k, 1e3 * statistics.median(r["wall_clock_s"][k] for r in rows))
+                    for k in ("fwd", "bwd", "step")))
+EOF
+}
+
 # The GPU's memory in use, sampled every half second while a step runs (the peak is the step's GPU peak: the caching
 # allocator's breakdown is not ours to read yet). No-op without nvidia-smi.
 gpu_sampler_start() {
   command -v nvidia-smi >/dev/null || return 0
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$OUT/$1.gpumem" 2>/dev/null &
+  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 500 >"$WORK/$1.gpumem" 2>/dev/null &
   SAMPLER=$!
 }
 gpu_sampler_stop() {
@@ -139,7 +163,7 @@ gpu_sampler_stop() {
   kill "$SAMPLER" 2>/dev/null
   wait "$SAMPLER" 2>/dev/null
   SAMPLER=
-  echo "$(sort -n "$OUT/$1.gpumem" | tail -1) MiB"
+  echo "$(sort -n "$WORK/$1.gpumem" | tail -1) MiB"
 }
 
 # The steps that are functions of this script.
@@ -165,7 +189,7 @@ if [ -n "$RUN_STEP" ]; then
   "$RUN_STEP"
   exit
 fi
-: >"$OUT/steps.txt"
+: >"$WORK/steps.txt"
 : >"$FIGURES"
 
 # --- env -------------------------------------------------------------------------------------------------------------
@@ -181,48 +205,49 @@ if [ $DRY = 1 ]; then
 else
   step build 300 scripts/device-build.sh build "$BUILD" "${TARGETS[@]}"
 fi
-[ -x "$BUILD/gpt-train" ] || { echo "device-check: no gpt-train in $BUILD; see $OUT/build.log" >&2; exit 1; }
+[ -x "$BUILD/gpt-train" ] || { echo "device-check: no gpt-train in $BUILD; see build.log in $OUT/logs.tar.gz" >&2; exit 1; }
 
 # --- tests -----------------------------------------------------------------------------------------------------------
 # ctest keeps its logs under the directory it runs; a dry run runs inside the build's own ctest, so its ctest runs the
 # build's tests from a directory of its own (a CTestTestfile naming the build) and leaves the outer run's logs alone.
 TEST_DIR=$BUILD
 if [ $DRY = 1 ]; then
-  TEST_DIR=$OUT/ctest
+  TEST_DIR=$WORK/ctest
   mkdir -p "$TEST_DIR" && echo "subdirs(\"$BUILD\")" >"$TEST_DIR/CTestTestfile.cmake"
 fi
 step tests 150 env DSCPP_TEST_DEVICE=$DEVICE ctest --test-dir "$TEST_DIR" -LE long -R "$TESTS" -j"$(nproc)" \
   --output-on-failure --timeout 120
-figure "tests: $(grep -E 'tests passed|tests failed' "$OUT/tests.log" | tail -1)"
-grep -E '^\s+[0-9]+ - ' "$OUT/tests.log" | sed 's/^\s*/  /' >>"$FIGURES"  # each failed or skipped test
+figure "tests: $(grep -E 'tests passed|tests failed' "$WORK/tests.log" | tail -1)"
+grep -E '^\s+[0-9]+ - ' "$WORK/tests.log" | sed 's/^\s*/  /' >>"$FIGURES"  # each failed or skipped test
 
 # --- engine against the plain loop -----------------------------------------------------------------------------------
 gpu_sampler_start engine
 step engine 120 "$BUILD/gpt-train" --no_progress --device "$DEVICE" --bf16 "${MODEL[@]}" --steps "$STEPS" \
-  "${PEAK[@]}" --metrics "$OUT/engine.jsonl"
+  "${PEAK[@]}" --metrics "$WORK/engine.jsonl"
 ENGINE_GPU=$(gpu_sampler_stop engine)
 gpu_sampler_start loop
 step loop 90 "$PYTHON" bench/python_loop/gpt_loop.py --device "$DEVICE" --bf16 --fused "${MODEL[@]}" \
-  --steps "$STEPS" --metrics "$OUT/loop.jsonl"
+  --steps "$STEPS" --metrics "$WORK/loop.jsonl"
 LOOP_GPU=$(gpu_sampler_stop loop)
-if [ -s "$OUT/engine.jsonl" ]; then
-  ENGINE_TPS=$(median_metric "$OUT/engine.jsonl" tokens_per_s)
-  figure "engine: ${MODEL[*]} bf16: median $ENGINE_TPS tokens/s, step $(median_metric "$OUT/engine.jsonl" step_ms) ms," \
-    "GPU peak ${ENGINE_GPU:-n/a}; $(grep -o 'MFU.*' "$OUT/engine.log" | head -1)"
+if [ -s "$WORK/engine.jsonl" ]; then
+  ENGINE_TPS=$(median_metric "$WORK/engine.jsonl" tokens_per_s)
+  figure "engine: ${MODEL[*]} bf16: median $ENGINE_TPS tokens/s, step $(median_metric "$WORK/engine.jsonl" step_ms) ms," \
+    "GPU peak ${ENGINE_GPU:-n/a}; $(grep -o 'MFU.*' "$WORK/engine.log" | head -1)"
+  figure "engine phases: $(phases "$WORK/engine.jsonl")"
 fi
-if [ -s "$OUT/loop.jsonl" ]; then
-  LOOP_TPS=$(median_metric "$OUT/loop.jsonl" tokens_per_s)
-  figure "loop:   plain PyTorch, fused AdamW: median $LOOP_TPS tokens/s, step $(median_metric "$OUT/loop.jsonl" step_ms) ms," \
+if [ -s "$WORK/loop.jsonl" ]; then
+  LOOP_TPS=$(median_metric "$WORK/loop.jsonl" tokens_per_s)
+  figure "loop:   plain PyTorch, fused AdamW: median $LOOP_TPS tokens/s, step $(median_metric "$WORK/loop.jsonl" step_ms) ms," \
     "GPU peak ${LOOP_GPU:-n/a}"
   [ -n "${ENGINE_TPS:-}" ] && figure "engine / loop tokens/s: $("$PYTHON" -c "print(f'{$ENGINE_TPS / $LOOP_TPS:.3f}')") (target >= 1.0)"
 fi
 
 # --- Adam: the host's cores against torch, and the GPU's fused step --------------------------------------------------
 step adam 60 adam
-sed -n '/^ *params/,$p' "$OUT/adam.log" | sed 's/^/  /' >>"$FIGURES"
+sed -n '/^ *params/,$p' "$WORK/adam.log" | sed 's/^/  /' >>"$FIGURES"
 
 # --- ZeRO-Offload on the largest model ---------------------------------------------------------------------------------
-cat >"$OUT/offload.json" <<'EOF'
+cat >"$WORK/offload.json" <<'EOF'
 {"train_micro_batch_size_per_gpu": "auto", "gradient_accumulation_steps": 1, "gradient_clipping": 1.0,
  "bf16": {"enabled": true},
  "zero_optimization": {"stage": 2, "overlap_comm": true, "contiguous_gradients": true,
@@ -231,15 +256,16 @@ cat >"$OUT/offload.json" <<'EOF'
 EOF
 gpu_sampler_start offload
 step offload 400 "$BUILD/gpt-train" --no_progress --device "$DEVICE" "${BIG[@]}" --steps 3 "${PEAK[@]}" \
-  --deepspeed_config "$OUT/offload.json" --metrics "$OUT/offload.jsonl"
+  --deepspeed_config "$WORK/offload.json" --metrics "$WORK/offload.jsonl"
 OFFLOAD_GPU=$(gpu_sampler_stop offload)
-if [ -s "$OUT/offload.jsonl" ]; then
-  LAST=$(tail -1 "$OUT/offload.jsonl" | "$PYTHON" -c 'import json, sys
+if [ -s "$WORK/offload.jsonl" ]; then
+  LAST=$(tail -1 "$WORK/offload.jsonl" | "$PYTHON" -c 'import json, sys
 r = json.load(sys.stdin)
 print("%.0f ms, %.0f tokens/s, host peak %.1f GiB" % (r["step_ms"], r["tokens_per_s"], r["peak_rss_bytes"] / 2**30))')
-  figure "offload: ${BIG[*]}, ZeRO-2 + offload_optimizer cpu: last step $LAST, GPU peak ${OFFLOAD_GPU:-n/a}; $(grep -E 'model states|MFU' "$OUT/offload.log" | tail -2 | tr '\n' ' ')"
+  figure "offload phases: $(phases "$WORK/offload.jsonl")"
+  figure "offload: ${BIG[*]}, ZeRO-2 + offload_optimizer cpu: last step $LAST, GPU peak ${OFFLOAD_GPU:-n/a}; $(grep -E 'model states|MFU' "$WORK/offload.log" | tail -2 | tr '\n' ' ')"
 fi
 write_summary
 cat "$SUMMARY"
 # The check succeeds when all seven steps ran and passed.
-[ "$(grep -cE '^[a-z]+ +ok ' "$OUT/steps.txt")" -eq 7 ]
+[ "$(grep -cE '^[a-z]+ +ok ' "$WORK/steps.txt")" -eq 7 ]

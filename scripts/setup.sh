@@ -19,7 +19,9 @@ TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=(dscpp_cli gpt-train dscpp_python)
 
 TORCH_PIN=2.11.0
-PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0)  # torchvision 0.26 is torch 2.11's
+# torchvision 0.26 is torch 2.11's; scikit-build-core is pyproject.toml's build backend (the pip-install test builds
+# without isolation, so it comes from here).
+PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0 scikit-build-core==1.1.2)
 
 PACKAGES=(build-essential cmake ccache git
   libgloo-dev  # ProcessGroupGloo.hpp's includes, which the torch wheel does not ship (docs/torch.md)

@@ -260,8 +260,12 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   // Offloaded, the optimizer runs on the host over its store's slices; on NVMe it holds no state of its own.
   const int64_t partition = stage_->master_params().numel();
   const bool nvme = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(),
-                                   offload_optimizer ? OptimizerKernels::kCpuSimd : OptimizerKernels::kTorch);
+  // The kernels: the SIMD CPU Adam for an offloaded optimizer, torch's fused Adam for master weights on a GPU (where
+  // the eight in-place ops of the torch arithmetic cost eight passes over memory and their launches), else torch ops.
+  const auto kernels = offload_optimizer                        ? OptimizerKernels::kCpuSimd
+                       : stage_->master_params().device().is_cpu() ? OptimizerKernels::kTorch
+                                                                   : OptimizerKernels::kFused;
+  optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(), kernels);
   if (!options.param_groups.empty()) set_param_groups(options.param_groups);
   if (offload_optimizer) {
     offload_ = std::make_unique<OptimizerOffload>(*optimizer_, make_optimizer_store(config_, *stage_, *optimizer_,
@@ -271,7 +275,13 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   const double base_lr = optimizer_config->lr();
   schedule_ = config_.scheduler ? make_lr_schedule(*config_.scheduler, base_lr) : std::make_unique<ConstantLR>(base_lr);
   scaler_ = make_loss_scaler(config_, log_);
-  if (config_.memory_breakdown) CpuMemoryTracker::install();
+  if (config_.memory_breakdown) {
+    if (device_.is_cpu()) {
+      CpuMemoryTracker::install();
+    } else {
+      device_memory_.emplace(device_);
+    }
+  }
   if (const int tp = config_.tensor_parallel_size; tp > 1) {
     const int given = options.model_parallel_group ? options.model_parallel_group->world_size() : 1;
     if (given != tp) {
@@ -464,7 +474,10 @@ torch::Tensor Engine::forward(const std::function<torch::Tensor()>& loss_fn) {
 void Engine::begin_forward() {
   fault::kill_point("engine.forward");
   forward_start_ns_ = now_ns();
-  if (CpuMemoryTracker::installed()) {
+  if (device_memory_) {
+    forward_start_bytes_ = device_memory_->allocated();
+    device_memory_->reset_peak();
+  } else if (CpuMemoryTracker::installed()) {
     forward_start_bytes_ = CpuMemoryTracker::allocated();
     CpuMemoryTracker::reset_peak();
   }
@@ -553,7 +566,9 @@ void Engine::run_backward(const std::function<void()>& autograd) {
   add_time(Phase::kBackwardAllreduce, reduce_start);
   add_time(Phase::kBackward, start);
   ++step_times_.micro_steps;
-  if (CpuMemoryTracker::installed() && !loss_sum_.is_cuda()) {
+  if (device_memory_) {
+    activations_peak_ = std::max(activations_peak_, device_memory_->peak() - forward_start_bytes_);
+  } else if (CpuMemoryTracker::installed() && device_.is_cpu()) {
     activations_peak_ = std::max(activations_peak_, CpuMemoryTracker::peak() - forward_start_bytes_);
   }
 }
@@ -720,7 +735,11 @@ MemoryBreakdown Engine::memory_breakdown() const {
   if (config_.zero.offload_param.device == OffloadDevice::kCpu) b.offloaded_host += s.params16 - s.persistent;
   b.nvme = stage_->timers().param_swap.file_bytes + optimizer_swap().file_bytes;
   b.rss = resident_bytes();
-  if (CpuMemoryTracker::installed()) b.live_tensors = CpuMemoryTracker::allocated();
+  if (device_memory_) {
+    b.live_tensors = device_memory_->allocated();
+  } else if (CpuMemoryTracker::installed()) {
+    b.live_tensors = CpuMemoryTracker::allocated();
+  }
   return b;
 }
 

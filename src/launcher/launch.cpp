@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <filesystem>
 #include <optional>
@@ -16,7 +17,12 @@
 
 namespace dscpp::launcher {
 
-std::string default_python() { return DSCPP_DEFAULT_PYTHON; }
+std::string default_python() {
+  // An installed package's `dscpp` command (python/dscpp/_cli.py) names its own interpreter: the wheel may have been
+  // built with another.
+  const char* installed = std::getenv("DSCPP_PYTHON");
+  return installed && *installed ? installed : DSCPP_DEFAULT_PYTHON;
+}
 
 namespace {
 

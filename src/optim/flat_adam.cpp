@@ -1,7 +1,8 @@
 // Flat Adam / AdamW on one fp32 partition: torch.optim.AdamW / DeepSpeed FusedAdam arithmetic with in-place
 // torch ops, so it runs on any device; with OptimizerKernels::kCpuSimd (offload) host slices go through the fused
-// SIMD CPU Adam instead, which also writes the 16-bit copy in the same pass. AMSGrad (torch.optim's rule: the
-// denominator uses the running maximum of the second moment) keeps a third state tensor and takes the torch path.
+// SIMD CPU Adam instead, which also writes the 16-bit copy in the same pass; with OptimizerKernels::kFused (the
+// master on a GPU) through torch's fused Adam kernel. AMSGrad (torch.optim's rule: the denominator uses the running
+// maximum of the second moment) keeps a third state tensor; the SIMD kernel has no AMSGrad, torch's fused one has.
 #include <cmath>
 #include <string>
 #include <utility>
@@ -37,6 +38,7 @@ class FlatAdam final : public FlatOptimizer {
   void update(const OptimizerSlice& slice, double lr) override {
     check_slice(slice, amsgrad_ ? 3 : 2, name_);
     if (kernels_ == OptimizerKernels::kCpuSimd && !amsgrad_ && on_host(slice)) return update_simd(slice, lr);
+    if (kernels_ == OptimizerKernels::kFused && bias_correction_) return update_fused(slice, lr);
     const double bias_correction1 = bias_correction_ ? 1.0 - std::pow(beta1_, static_cast<double>(steps_)) : 1.0;
     const double bias_correction2 = bias_correction_ ? 1.0 - std::pow(beta2_, static_cast<double>(steps_)) : 1.0;
     const double step_size = lr / bias_correction1;
@@ -112,6 +114,26 @@ class FlatAdam final : public FlatOptimizer {
                   fused16 ? s.param16.scalar_type() : torch::kBFloat16);
   }
 
+  // torch's _fused_adamw_ (decoupled decay) or _fused_adam_ (L2: the gradient plus wd·p, inside the kernel; the
+  // caller's gradient is not written without a grad_scale). Both apply bias correction from the step count they read
+  // from a tensor on the parameters' device, and do not advance it.
+  void update_fused(const OptimizerSlice& s, double lr) {
+    if (!step_tensor_.defined() || step_tensor_.device() != s.param.device()) {
+      step_tensor_ = torch::empty({}, s.param.options());
+    }
+    step_tensor_.fill_(static_cast<double>(steps_));
+    const std::vector<torch::Tensor> p{s.param}, g{s.grad}, m{s.state[0]}, v{s.state[1]}, steps{step_tensor_};
+    const std::vector<torch::Tensor> v_max = amsgrad_ ? std::vector<torch::Tensor>{s.state[2]}
+                                                      : std::vector<torch::Tensor>{};
+    const double weight_decay = s.weight_decay.value_or(weight_decay_);
+    if (decoupled_) {
+      at::_fused_adamw_(p, g, m, v, v_max, steps, lr, beta1_, beta2_, weight_decay, eps_, amsgrad_, /*maximize=*/false);
+    } else {
+      at::_fused_adam_(p, g, m, v, v_max, steps, lr, beta1_, beta2_, weight_decay, eps_, amsgrad_, /*maximize=*/false);
+    }
+    write_param16(s);
+  }
+
   double beta1_;
   double beta2_;
   double eps_;
@@ -127,6 +149,7 @@ class FlatAdam final : public FlatOptimizer {
   torch::Tensor exp_avg_sq_;  // (numel) second moment
   torch::Tensor max_exp_avg_sq_;  // (numel) amsgrad: the running maximum of exp_avg_sq; undefined otherwise
   Scratch scratch_;           // one chunk: the L2 gradient, then the denominator
+  torch::Tensor step_tensor_;  // kFused: the step count, as the fused kernels read it (a scalar on the device)
 };
 
 }  // namespace

@@ -35,6 +35,9 @@ struct DropoutBlockImpl : torch::nn::Module {
 };
 TORCH_MODULE(DropoutBlock);
 
+// Tensors on the test device, beside the blocks (DSCPP_TEST_DEVICE); its generator is the one dropout draws from.
+torch::TensorOptions on_device() { return torch::TensorOptions().device(test_device()); }
+
 struct Result {
   torch::Tensor loss, input_grad, next_draw;
   std::vector<torch::Tensor> param_grads;
@@ -46,7 +49,7 @@ Result run_blocks(ActivationCheckpointing* checkpointing, const ActivationCheckp
                   std::shared_ptr<Comm> group = nullptr) {
   torch::manual_seed(11);
   std::vector<DropoutBlock> blocks(3);
-  auto x = torch::randn({7, 3, 16}).requires_grad_(true);
+  auto x = torch::randn({7, 3, 16}, on_device()).requires_grad_(true);
   std::unique_ptr<ActivationCheckpointing> owned;
   if (!checkpointing && (config.partition_activations || config.cpu_checkpointing ||
                          config.contiguous_memory_optimization)) {
@@ -67,7 +70,7 @@ Result run_blocks(ActivationCheckpointing* checkpointing, const ActivationCheckp
   for (auto& block : blocks) {
     for (const auto& p : block->parameters()) r.param_grads.push_back(p.grad().clone());
   }
-  r.next_draw = torch::rand({4});
+  r.next_draw = torch::rand({4}, on_device());
   return r;
 }
 
@@ -97,14 +100,14 @@ TEST(ActivationCheckpointing, DropoutReallyDrawsSoTheComparisonCanFail) {
   // Two forwards of one block on one input differ: a recompute without the forward's generator state would not
   // reproduce the forward, so the equalities above are not vacuous.
   DropoutBlock block;
-  auto x = torch::randn({7, 3, 16});
+  auto x = torch::randn({7, 3, 16}, on_device());
   EXPECT_FALSE(torch::equal(block->forward(x), block->forward(x)));
 }
 
 TEST(ActivationCheckpointing, KeepsOnlyTheInputUntilBackward) {
   ActivationCheckpointing checkpointing({}, nullptr);
   DropoutBlock block;
-  auto x = torch::randn({5, 16}).requires_grad_(true);
+  auto x = torch::randn({5, 16}, on_device()).requires_grad_(true);
   auto y = checkpointing.checkpoint([unit = block.ptr()](const torch::Tensor& in) { return unit->forward(in); }, x);
   EXPECT_TRUE(y.requires_grad());
   EXPECT_EQ(checkpointing.stats().saved_bytes, 5 * 16 * 4);
@@ -119,7 +122,7 @@ TEST(ActivationCheckpointing, WithoutGradModeItIsAPlainCall) {
   ActivationCheckpointing checkpointing({}, nullptr);
   DropoutBlock block;
   block->eval();
-  auto x = torch::randn({5, 16});
+  auto x = torch::randn({5, 16}, on_device());
   torch::NoGradGuard no_grad;
   auto y = checkpointing.checkpoint([unit = block.ptr()](const torch::Tensor& in) { return unit->forward(in); }, x);
   EXPECT_TRUE(torch::equal(y, block->forward(x)));
@@ -172,9 +175,9 @@ TEST(ActivationCheckpointing, ContiguousErrorsNameTheKeys) {
 Result run_list_blocks(ActivationCheckpointing* checkpointing) {
   torch::manual_seed(21);
   std::vector<DropoutBlock> blocks(2);
-  auto x = torch::randn({6, 16}).requires_grad_(true);
-  auto h = torch::randn({6, 16}).requires_grad_(true);
-  auto index = torch::randint(0, 6, {6}, torch::kLong);
+  auto x = torch::randn({6, 16}, on_device()).requires_grad_(true);
+  auto h = torch::randn({6, 16}, on_device()).requires_grad_(true);
+  auto index = torch::randint(0, 6, {6}, on_device().dtype(torch::kLong));
   torch::manual_seed(22);
   if (checkpointing) checkpointing->begin_forward();
   std::vector<torch::Tensor> values{x, h, index};
@@ -193,7 +196,7 @@ Result run_list_blocks(ActivationCheckpointing* checkpointing) {
   for (auto& block : blocks) {
     for (const auto& p : block->parameters()) r.param_grads.push_back(p.grad().clone());
   }
-  r.next_draw = torch::rand({4});
+  r.next_draw = torch::rand({4}, on_device());
   return r;
 }
 
@@ -215,14 +218,14 @@ TEST(ActivationCheckpointing, BlocksOfSeveralInputsAndResultsTrainTheSame) {
 TEST(ActivationCheckpointing, ResultsThatDoNotReachTheLossPassNothingBack) {
   ActivationCheckpointing checkpointing({}, nullptr);
   DropoutBlock block;
-  auto x = torch::randn({5, 16}).requires_grad_(true);
+  auto x = torch::randn({5, 16}, on_device()).requires_grad_(true);
   auto run = [unit = block.ptr()](const std::vector<torch::Tensor>& in) {
     return std::vector<torch::Tensor>{unit->forward(in[0]), in[0] * 2};
   };
   auto out = checkpointing.checkpoint(ActivationCheckpointing::ListBlock(run), {x});
   ASSERT_EQ(out.size(), 2u);
   out[1].sum().backward();  // only the second result: x's gradient is 2, the block's parameters get none
-  EXPECT_TRUE(torch::equal(x.grad(), torch::full({5, 16}, 2.0)));
+  EXPECT_TRUE(torch::equal(x.grad(), torch::full({5, 16}, 2.0, on_device())));
   EXPECT_FALSE(block->fc1->weight.grad().defined());
   EXPECT_EQ(checkpointing.stats().recomputes, 1);
   EXPECT_THROW(checkpointing.checkpoint(ActivationCheckpointing::ListBlock(run), {}), std::invalid_argument);

@@ -77,7 +77,7 @@ TEST(EnginePrecision, Fp16GradientsAreUnscaledBeforeTheUpdate) {
       engine->backward(model->loss(x, y));
       engine->step();
     }
-    return std::make_pair(model->w.detach().to(torch::kFloat32), engine->last_step().grad_norm);
+    return std::make_pair(model->w.detach().to(torch::kCPU, torch::kFloat32), engine->last_step().grad_norm);
   };
   auto [w16, norm16] = run(R"("fp16": {"enabled": true, "initial_scale_power": 10},)");
   auto [w32, norm32] = run("");

@@ -69,7 +69,8 @@ TEST(EngineStages, EveryStageMatchesStage0WithUnusedAndTiedParameters) {
         EXPECT_TRUE(torch::allclose(params.at(name), value, 1e-5, 1e-6)) << "stage " << stage << " gas " << gas << " " << name;
       }
       // The unused parameter is only decayed (AdamW), never moved by a gradient.
-      EXPECT_TRUE(torch::allclose(params.at("unused"), torch::full({5}, std::pow(1 - 0.01 * 0.1, 5))));
+      EXPECT_TRUE(torch::allclose(params.at("unused"),
+                                  torch::full({5}, std::pow(1 - 0.01 * 0.1, 5), params.at("unused").options())));
       // The tied weight is one tensor: both names still alias it.
       EXPECT_TRUE(model->named_parameters()["fc1_weight_again"].is_same(model->fc1->weight));
     }
@@ -93,7 +94,8 @@ TEST(EngineStages, Stage3FreesUnitParametersBetweenUses) {
   // A released parameter is a 0-element tensor, as DeepSpeed's: a read between steps finds nothing, not freed memory.
   EXPECT_EQ(model->fc1->weight.numel(), 0);
   EXPECT_EQ(model->fc1->weight.sum().item<float>(), 0.0f);
-  auto [x, y] = regression_data(16);
+  auto [x_host, y_host] = regression_data(16);
+  const auto x = x_host.to(test_device()), y = y_host.to(test_device());
   size_t during = 0;
   std::vector<int64_t> shape_during;
   auto loss = engine->forward([&] {

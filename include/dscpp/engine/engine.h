@@ -27,6 +27,7 @@
 #include "dscpp/engine/model_tensors.h"
 #include "dscpp/engine/partitioned_init.h"
 #include "dscpp/engine/progress.h"
+#include "dscpp/monitor/device_memory.h"
 #include "dscpp/monitor/flops_profiler.h"
 #include "dscpp/monitor/monitor.h"
 #include "dscpp/monitor/wall_clock.h"
@@ -345,7 +346,9 @@ class Engine {
   PhaseTimes step_times_;    // the optimizer step in progress
   PhaseTimes print_window_;  // since the last steps_per_print line
   int64_t forward_start_ns_ = 0;
-  int64_t forward_start_bytes_ = 0;  // CpuMemoryTracker::allocated() when the micro-step's forward began
+  // memory_breakdown on a GPU: its caching allocator's counts (on the CPU, CpuMemoryTracker's).
+  std::optional<DeviceMemoryCounter> device_memory_;
+  int64_t forward_start_bytes_ = 0;  // tensor bytes held (CPU or device counter) when the micro-step's forward began
   int64_t activations_peak_ = -1;    // MemoryBreakdown::activations_peak
 };
 

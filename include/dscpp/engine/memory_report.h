@@ -24,15 +24,17 @@ struct ModelStateMemory {
 // memory_breakdown: one rank's memory, the model states and what surrounds them.
 struct MemoryBreakdown {
   ModelStateMemory states;
-  // The most CPU tensor bytes held above a forward's start, through its backward, over the micro-steps so far:
-  // activations, and under ZeRO-3 the gathered parameters and gradients in flight. -1: not measured (the
-  // CpuMemoryTracker is not installed, or the model is on a GPU).
+  // The most tensor bytes held on the training device above a forward's start, through its backward, over the
+  // micro-steps so far: activations, and under ZeRO-3 the gathered parameters and gradients in flight. -1: not
+  // measured (on the CPU the CpuMemoryTracker is not installed; on a GPU memory_breakdown is off, since measuring
+  // resets the caching allocator's peak, which a user's torch.cuda.max_memory_allocated would see).
   int64_t activations_peak = -1;
   int64_t offloaded_host = 0;  // of the model states, what offload_optimizer / offload_param cpu keep in host memory
   int64_t nvme = 0;            // bytes in this rank's swap files (offload_* nvme), beside the model states
   int64_t rss = 0;             // the process's resident set
-  // Bytes LibTorch's CPU allocator holds now for live tensors (CpuMemoryTracker::allocated: only what was allocated
-  // after it was installed); -1 where no tracker is installed. Unlike rss, it excludes what malloc keeps after a free.
+  // Bytes held now for live tensors on the training device: on the CPU CpuMemoryTracker::allocated (only what was
+  // allocated after it was installed), on a GPU its caching allocator's count; -1 where neither is read. Unlike rss
+  // (or the allocator's reserved bytes), it excludes what is kept for reuse after a free.
   int64_t live_tensors = -1;
 
   // For gathering every rank's breakdown in one exchange.

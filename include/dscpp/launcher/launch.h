@@ -16,7 +16,9 @@ enum class LauncherKind { kLocal, kSsh, kSlurm, kOpenMpi };
 // "local", "ssh", "slurm", "openmpi" (case-insensitive; DeepSpeed's "pdsh" is taken as ssh). Throws naming the value.
 LauncherKind parse_launcher_kind(const std::string& name);
 
-// The interpreter this build was made for (CMake's DSCPP_PYTHON): the one whose torch the engine links.
+// The interpreter .py programs run under: the environment variable DSCPP_PYTHON where set (an installed package's
+// `dscpp` command sets it to its own), else the one this build was made for (CMake's DSCPP_PYTHON, whose torch the
+// engine links).
 std::string default_python();
 
 struct LaunchOptions {

@@ -10,15 +10,16 @@
 #
 # Steps, in order, each under its own `timeout` (stated seconds, cut to what is left of BUDGET_S, default 500; a step
 # with under 15 s left is skipped), each writing NAME.log, packed into $OUT/logs.tar.gz ($OUT: the device tool's;
-# else out/device-check):
-#   env       the GPU, driver, torch, CPU                                                      ~5 s
-#   build     scripts/device-build.sh: build-cuda against the device's torch, only the targets below  ~150 s (16 cores)
+# else out/device-check). Seconds each took on the first run (one H200, 16 cores; 485 s in all), against its limit:
+#   env       the GPU, driver, torch, CPU                                                           11 s of 30
+#   build     scripts/device-build.sh: build-cuda against the device's torch, only TARGETS below   226 s of 300
 #   tests     the CUDA build's tests with DSCPP_TEST_DEVICE=cuda: engine, every ZeRO stage, offload, checkpoints,
-#             activation checkpointing, NCCL on one rank (TESTS below)                     ~120 s
-#   engine    gpt-train --model gpt2, bf16, seq 1024, micro-batch 8: tokens/s and MFU of the chip's bf16 peak  ~45 s
-#   loop      the plain PyTorch loop (bench/python_loop, fused AdamW) on the same model and data     ~40 s
-#   adam      bench_cpu_adam on the host's cores, then torch's AdamW on the GPU (bench/gpu_adam)        ~40 s
-#   offload   ZeRO-2 + offload_optimizer cpu on a 3.6B GPT (32 x 3072), two steps after a warm-up  the rest
+#             activation checkpointing, NCCL on one rank, the device memory counter (TESTS below)    49 s of 150
+#   engine    gpt-train --model gpt2, bf16, seq 1024, micro-batch 8: tokens/s, MFU of the chip's bf16 peak, phases
+#                                                                                                  6 s of 120
+#   loop      the plain PyTorch loop (bench/python_loop, fused AdamW) on the same model and data   15 s of 90
+#   adam      bench_cpu_adam on the host's cores, then torch's AdamW on the GPU (bench/gpu_adam)    50 s of 90
+#   offload   ZeRO-2 + offload_optimizer cpu on a 3.6B GPT (32 x 3072), three steps               121 s of the rest
 # A step that fails or runs out of time is recorded and the next one runs; summary.txt (each step's status and
 # seconds, then the figures) is rewritten after every step, so what finished comes back whatever happens later.
 set -uo pipefail
@@ -243,7 +244,7 @@ if [ -s "$WORK/loop.jsonl" ]; then
 fi
 
 # --- Adam: the host's cores against torch, and the GPU's fused step --------------------------------------------------
-step adam 60 adam
+step adam 90 adam
 sed -n '/^ *params/,$p' "$WORK/adam.log" | sed 's/^/  /' >>"$FIGURES"
 
 # --- ZeRO-Offload on the largest model ---------------------------------------------------------------------------------

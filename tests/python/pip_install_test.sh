@@ -38,7 +38,7 @@ torch_release=$("$PYTHON" -c 'import torch; print(torch.__version__.split("+")[0
 [ "$requires" = "['torch==$torch_release']" ] || { echo "FAIL: requires $requires, want torch==$torch_release"; exit 1; }
 echo "ok: the wheel requires $requires"
 "$WORK/venv/bin/dscpp" --help | grep -q "launch" || { echo "FAIL: dscpp --help"; exit 1; }
-"$WORK/venv/bin/dscpp" launch --help | grep -q -- "--python TEXT \[$VENV_PY\]" ||
+"$WORK/venv/bin/dscpp" launch --help | grep -q -- "--python TEXT=$VENV_PY\b" ||
   { "$WORK/venv/bin/dscpp" launch --help | grep -- --python; echo "FAIL: the launcher's python is not $VENV_PY"; exit 1; }
 echo "ok: dscpp --help, and dscpp launch runs .py programs under $VENV_PY"
 # The engine itself, from the installed package: one initialize and step on one process.

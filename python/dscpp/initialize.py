@@ -28,6 +28,23 @@ def _flatten_parameters(model_parameters):
     return out
 
 
+def _trainable_only(model_parameters):
+    """model_parameters (or an optimizer's param_groups) without the frozen parameters (requires_grad=False), groups
+    left empty by that dropped. DeepSpeed steps only the parameters that require a gradient among those it is given:
+    a LoRA / PEFT fine-tune passes model.parameters() with the base weights frozen, and they keep their values."""
+    out = []
+    for item in model_parameters:
+        if isinstance(item, dict):
+            params = item["params"]
+            params = [params] if isinstance(params, torch.Tensor) else list(params)
+            kept = [p for p in params if p.requires_grad]
+            if kept:
+                out.append({**item, "params": kept})
+        elif item.requires_grad:
+            out.append(item)
+    return out
+
+
 def _check_same_parameters(given, trainable, what):
     given_ids = {id(p) for p in given}
     trainable_ids = {id(p) for p in trainable}
@@ -141,7 +158,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             raise TypeError(f"dscpp.initialize: optimizer must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
         section = optimizer_section(optimizer)
-        _check_same_parameters(optimizer_parameters(optimizer), trainable, "the optimizer")
+        _check_same_parameters([p for p in optimizer_parameters(optimizer) if p.requires_grad], trainable,
+                               "the optimizer")
         if config_dict is None:
             config_dict, config_path = load_json(config_path), None
         if "optimizer" in config_dict:
@@ -149,9 +167,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                              "has an \"optimizer\" section; keep one")
         config_dict["optimizer"] = section
         client_optimizer = optimizer
-        groups = engine_groups(optimizer.param_groups)
+        groups = engine_groups(_trainable_only(optimizer.param_groups))
     elif model_parameters is not None:
-        model_parameters = list(model_parameters)
+        model_parameters = _trainable_only(list(model_parameters))
         _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
         if any(isinstance(g, dict) for g in model_parameters):
             config = config_dict if config_dict is not None else load_json(config_path)

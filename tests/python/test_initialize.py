@@ -124,6 +124,66 @@ def test_an_optimizer_type_the_engine_cannot_take():
         dscpp.initialize(model=model, optimizer=torch.optim.RMSprop(model.parameters()), config=c)
 
 
+class LoraLinear(torch.nn.Module):
+    """A frozen base weight plus a trainable low-rank update, as PEFT's LoRA builds it."""
+
+    def __init__(self, width=16, rank=2):
+        super().__init__()
+        self.base = torch.nn.Linear(width, width)
+        self.base.requires_grad_(False)
+        self.lora_a = torch.nn.Parameter(torch.randn(rank, width) * 0.1)
+        self.lora_b = torch.nn.Parameter(torch.randn(width, rank) * 0.1)
+
+    def forward(self, x):
+        return (self.base(x) + x @ self.lora_a.t() @ self.lora_b.t()).pow(2).mean()
+
+
+def lora_run(pass_parameters, steps=3, stage=0):
+    """A LoRA fine-tune: the frozen base and the adapters after `steps` steps, model_parameters as the script gives
+    them (pass_parameters(model) → model_parameters / optimizer)."""
+    torch.manual_seed(0)
+    model = LoraLinear()
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    given = pass_parameters(model)
+    c = {"train_batch_size": 4, "zero_optimization": {"stage": stage}}
+    if "optimizer" not in given:
+        c["optimizer"] = {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}
+    engine, _, _, _ = dscpp.initialize(model=model, config=c, **given)
+    for _ in range(steps):
+        engine.backward(engine(x))
+        engine.step()
+    with dscpp.zero.GatheredParameters(list(model.parameters())):  # whole again under ZeRO-3
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_frozen_parameters_among_model_parameters_keep_their_values_and_the_rest_train(stage):
+    # DeepSpeed steps the parameters that require a gradient among those given: every LoRA script passes
+    # model.parameters() with the base frozen. The same run as passing only the adapters, or nothing.
+    torch.manual_seed(0)
+    initial = {name: p.detach().clone() for name, p in LoraLinear().named_parameters()}
+    everything = lora_run(lambda m: {"model_parameters": m.parameters()}, stage=stage)
+    adapters = lora_run(lambda m: {"model_parameters": [p for p in m.parameters() if p.requires_grad]}, stage=stage)
+    unset = lora_run(lambda m: {}, stage=stage)
+    grouped = lora_run(lambda m: {"model_parameters": [{"params": [m.base.weight, m.base.bias]},
+                                                        {"params": [m.lora_a, m.lora_b]}]}, stage=stage)
+    for name in ("base.weight", "base.bias"):
+        assert torch.equal(everything[name], initial[name]), name
+    for name in ("lora_a", "lora_b"):
+        assert everything[name].shape == initial[name].shape, name
+        assert not torch.equal(everything[name], initial[name]), f"{name} did not train"
+    for other in (adapters, unset, grouped):
+        for name, value in everything.items():
+            assert torch.equal(value, other[name]), name
+
+
+def test_a_client_optimizer_over_every_parameter_steps_only_the_trainable_ones():
+    adapters = lora_run(lambda m: {"model_parameters": [p for p in m.parameters() if p.requires_grad]})
+    client = lora_run(lambda m: {"optimizer": torch.optim.AdamW(m.parameters(), lr=0.01, weight_decay=0.1)})
+    for name, value in adapters.items():
+        assert torch.equal(value, client[name]), name
+
+
 def test_an_optimizer_over_part_of_the_model():
     model = make_model("gpt")
     c = config()

@@ -81,7 +81,8 @@ class DeepSpeedEngine:
 
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales `loss` (the micro-batch's mean) by the loss scale / gradient_accumulation_steps and backpropagates;
-        the gradients go into this rank's shard. Returns `loss`."""
+        the gradients go into this rank's shard. Returns what DeepSpeed's returns: `loss` divided by
+        gradient_accumulation_steps (in fp32) when that is above 1, else `loss`."""
         if retain_graph:
             raise NotImplementedError("engine.backward(retain_graph=True) is not supported by deepspeed.cpp")
         if not scale_wrt_gas:
@@ -95,7 +96,8 @@ class DeepSpeedEngine:
         self._forwarded = False
         self._engine.backward(loss)
         self._backwarded = True
-        return loss
+        steps = self.gradient_accumulation_steps()
+        return loss.detach().float() / steps if steps > 1 else loss
 
     def step(self, lr_kwargs=None):
         """Ends the micro-step; on an accumulation boundary the optimizer steps (unless the loss scale overflowed)."""

@@ -2,6 +2,7 @@
 (with a client optimizer folded in), torch.distributed's process group — builds it, and wraps it for Python."""
 import json
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -163,9 +164,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         if config_dict is None:
             config_dict, config_path = load_json(config_path), None
         if "optimizer" in config_dict:
-            raise ValueError(f"dscpp.initialize: an optimizer was passed ({type(optimizer).__name__}) and the config "
-                             "has an \"optimizer\" section; keep one")
-        config_dict["optimizer"] = section
+            # DeepSpeed uses the client optimizer as its basic optimizer and never reads the config's section.
+            warnings.warn(f"dscpp.initialize: the config's \"optimizer\" section ({config_dict['optimizer']}) is "
+                          f"not used: the optimizer passed ({type(optimizer).__name__}) is, as in DeepSpeed")
+        config_dict = {**config_dict, "optimizer": section}
         client_optimizer = optimizer
         groups = engine_groups(_trainable_only(optimizer.param_groups))
     elif model_parameters is not None:

@@ -41,6 +41,20 @@ def test_the_seed_scripts_loop_runs_and_reports_what_deepspeed_reports():
     assert engine.local_rank == 0 and engine.device == torch.device("cpu")
 
 
+def test_backward_returns_the_loss_divided_by_the_accumulation_steps_as_deepspeeds():
+    for grad_accum in (1, 4):
+        c = config(train_batch_size=4 * grad_accum, gradient_accumulation_steps=grad_accum)
+        engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=c)
+        loss = engine(tokens())
+        returned = engine.backward(loss)
+        if grad_accum == 1:
+            assert returned is loss
+        else:
+            assert returned.dtype == torch.float32
+            assert returned.item() == pytest.approx(loss.item() / grad_accum, rel=1e-6)
+        engine.step()
+
+
 def test_config_from_a_file_and_from_args(tmp_path):
     path = tmp_path / "ds.json"
     path.write_text(json.dumps(config()))
@@ -63,6 +77,19 @@ def test_a_client_torch_optimizer_is_the_configs_optimizer():
     assert optimizer is adamw
     assert engine.config["optimizer"]["type"] == "AdamW"
     assert engine.get_lr() == [pytest.approx(5e-4)]
+
+
+def test_a_client_optimizer_beside_a_config_optimizer_section_is_the_one_used():
+    # As DeepSpeed: the client optimizer is the basic optimizer; the config's section is not read (a warning says so).
+    model = make_model("gpt")
+    c = config()  # its optimizer section: AdamW, lr 1e-3
+    sgd = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    with pytest.warns(UserWarning, match="section .* is not used: the optimizer passed \\(SGD\\)"):
+        engine, optimizer, _, _ = dscpp.initialize(model=model, optimizer=sgd, config=c)
+    assert optimizer is sgd
+    assert engine.config["optimizer"]["type"] == "SGD"
+    assert engine.get_lr() == [pytest.approx(0.05)]
+    assert c["optimizer"]["type"] == "AdamW", "the caller's config dict is left as it was"
 
 
 def test_a_config_scheduler_drives_the_lr():

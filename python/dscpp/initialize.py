@@ -46,14 +46,17 @@ def _trainable_only(model_parameters):
     return out
 
 
-def _check_same_parameters(given, trainable, what):
+def _untrained(given, trainable, what):
+    """The trainable parameters outside `given` (model_parameters or a client optimizer's, frozen ones dropped), which
+    the optimizer leaves alone, as DeepSpeed does: the engine keeps them as frozen ones. A parameter given that is not
+    one of the model's trainable ones is an error."""
     given_ids = {id(p) for p in given}
     trainable_ids = {id(p) for p in trainable}
-    if given_ids != trainable_ids:
-        raise ValueError(f"dscpp.initialize: {what} covers {len(given_ids & trainable_ids)} of the model's "
-                         f"{len(trainable_ids)} trainable parameters (and {len(given_ids - trainable_ids)} others); "
-                         "the engine trains exactly the parameters with requires_grad=True: set requires_grad=False "
-                         "on the ones to freeze")
+    if not given_ids <= trainable_ids:
+        raise ValueError(f"dscpp.initialize: {what} holds {len(given_ids - trainable_ids)} parameters that are not "
+                         "the model's (model.parameters() with requires_grad=True); the engine trains the model's "
+                         "own parameters")
+    return [p for p in trainable if id(p) not in given_ids]
 
 
 def _non_persistent_buffers(model):
@@ -151,6 +154,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     trainable = [p for p in model.parameters() if p.requires_grad]
     client_optimizer = None
+    untrained = []  # trainable parameters the optimizer leaves alone (outside model_parameters / its param_groups)
     groups = []  # the engine's parameter groups: [(parameters, weight_decay or None, lr or None)]
     if optimizer is not None:
         if callable(optimizer) and not isinstance(optimizer, torch.optim.Optimizer):
@@ -159,7 +163,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             raise TypeError(f"dscpp.initialize: optimizer must be a torch.optim.Optimizer, got "
                             f"{type(optimizer).__name__}")
         section = optimizer_section(optimizer)
-        _check_same_parameters([p for p in optimizer_parameters(optimizer) if p.requires_grad], trainable,
+        untrained = _untrained([p for p in optimizer_parameters(optimizer) if p.requires_grad], trainable,
                                "the optimizer")
         if config_dict is None:
             config_dict, config_path = load_json(config_path), None
@@ -172,7 +176,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         groups = engine_groups(_trainable_only(optimizer.param_groups))
     elif model_parameters is not None:
         model_parameters = _trainable_only(list(model_parameters))
-        _check_same_parameters(_flatten_parameters(model_parameters), trainable, "model_parameters")
+        untrained = _untrained(_flatten_parameters(model_parameters), trainable, "model_parameters")
         if any(isinstance(g, dict) for g in model_parameters):
             config = config_dict if config_dict is not None else load_json(config_path)
             groups = engine_groups(model_parameters, config.get("optimizer", {}).get("params", {}))
@@ -192,6 +196,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         config=config_path if config_path is not None else json.dumps(config_dict),
         config_is_path=config_path is not None,
         param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
+        untrained_params={names[id(p)] for p in untrained},
         **model_comm, **experts, **engine_comm_arguments(group=data_group))
     if engine.zero_stage == 3:
         zero_hooks.install(model, engine, units)

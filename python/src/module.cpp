@@ -66,7 +66,8 @@ std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTen
                                       const std::string& model_key_prefix,
                                       const std::set<std::string>& model_parallel_params,
                                       std::shared_ptr<Comm> expert_data_parallel_group,
-                                      const std::set<std::string>& expert_params) {
+                                      const std::set<std::string>& expert_params,
+                                      const std::set<std::string>& untrained_params) {
   ModelTensors model{named(params), named(buffers), non_persistent_buffers, {}, {}};
   for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
   InitOptions options;
@@ -78,6 +79,7 @@ std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTen
   }
   options.expert_data_parallel_group = std::move(expert_data_parallel_group);  // MoE layers with ep_size > 1
   options.expert_params = expert_params;
+  options.untrained_params = untrained_params;  // trainable, outside model_parameters / the client optimizer
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   // Handed over: the Python handle is left empty (its parameters are the engine's now).
   for (const auto& unit : prepartitioned) model.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
@@ -286,5 +288,6 @@ PYBIND11_MODULE(_C, m) {
         py::arg("param_groups"), py::arg("model_group") = py::none(), py::arg("model_key_prefix") = "",
         py::arg("model_parallel_params") = std::set<std::string>{},
         py::arg("expert_data_parallel_group") = py::none(), py::arg("expert_params") = std::set<std::string>{},
+        py::arg("untrained_params") = std::set<std::string>{},
         "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

@@ -76,7 +76,8 @@ std::vector<PrepartitionedUnit> take_partitioned(InitOptions& options) {
 // as frozen parameters are whole on every rank; the rest get their shapes back (views of their released buffers)
 // for Stage 3 to adopt or regroup.
 std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedUnit> units, const ModelTensors& model,
-                                                     const Config& config, Comm* comm) {
+                                                     const std::set<std::string>& untrained, const Config& config,
+                                                     Comm* comm) {
   if (units.empty()) return units;
   const auto dtype = to_scalar_type(config.compute_dtype());
   if (config.zero.stage != 3) {
@@ -86,7 +87,7 @@ std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedU
   if (!comm) throw std::logic_error("dscpp::initialize: a model built partitioned comes with the comm it used");
   std::unordered_set<const c10::TensorImpl*> frozen;
   for (const auto& p : model.params) {
-    if (!p.tensor.requires_grad()) frozen.insert(p.tensor.unsafeGetTensorImpl());
+    if (!p.tensor.requires_grad() || untrained.count(p.name)) frozen.insert(p.tensor.unsafeGetTensorImpl());
   }
   std::vector<PrepartitionedUnit> out;
   for (auto& unit : units) {
@@ -143,7 +144,17 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   comm_ = std::move(options.comm);
   log_ = std::move(options.log);
   dtype_ = to_scalar_type(config_.compute_dtype());
-  prepartitioned = adopt_prepartitioned(std::move(prepartitioned), model, config_, comm_.get());
+  for (const auto& name : options.untrained_params) {
+    const bool trainable = std::any_of(model.params.begin(), model.params.end(), [&](const NamedTensor& p) {
+      return p.name == name && p.tensor.requires_grad();
+    });
+    if (!trainable) {
+      throw std::invalid_argument("dscpp::initialize: InitOptions::untrained_params names '" + name +
+                                  "', which is not a parameter that requires a gradient");
+    }
+  }
+  prepartitioned = adopt_prepartitioned(std::move(prepartitioned), model, options.untrained_params, config_,
+                                        comm_.get());
   tune_host_malloc();  // once per process: the host-side blocks every step reuses stay in the heap
   const auto optimizer_config = config_.optimizer ? config_.optimizer : options.client_optimizer;
   if (!optimizer_config) {
@@ -158,7 +169,7 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   std::vector<torch::Tensor> rest;    // frozen parameters and buffers
   std::vector<CheckpointedState::ModuleTensor> module_state;  // the same, named, for checkpoints
   for (const auto& p : model.params) {
-    if (p.tensor.requires_grad()) {
+    if (p.tensor.requires_grad() && !options.untrained_params.count(p.name)) {
       params.push_back(p.tensor);
       names.push_back(p.name);
       params_.push_back({p.name, p.tensor.sizes().vec()});

@@ -169,5 +169,41 @@ TEST(EngineTensors, ZeroThreeRefusesAnUnknownUnitIndex) {
   engine->end_forward(false);
 }
 
+// InitOptions::untrained_params (DeepSpeed's optimizer over a subset of the trainable parameters): the named ones keep
+// their values through training, the others train; a name that is not a trainable parameter is refused by name.
+TEST(EngineTensors, UntrainedParametersKeepTheirValuesAndOthersTrain) {
+  for (int stage : {0, 3}) {
+    auto model = Mlp();
+    const auto fc1_before = model->fc1->weight.detach().clone();
+    const auto fc2_before = model->fc2->weight.detach().clone();
+    InitOptions options;
+    options.untrained_params = {"fc1.weight"};
+    auto engine = initialize(model_tensors(*model, {}), config_from(R"({"train_batch_size": 4,
+        "zero_optimization": {"stage": )" + std::to_string(stage) + R"(, "stage3_param_persistence_threshold": 0},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"), options);
+    auto [x, y] = regression_data(4);
+    for (int step = 0; step < 2; ++step) {
+      engine->backward(engine->forward([&] { return model->loss(x, y); }));
+      engine->step();
+    }
+    std::map<std::string, torch::Tensor> trained;
+    engine->visit_parameters([&](const std::string& name, const torch::Tensor& p) { trained[name] = p.detach().clone(); });
+    EXPECT_EQ(trained.count("fc1.weight"), 0u) << "stage " << stage << ": an untrained parameter is not the optimizer's";
+    EXPECT_TRUE(torch::equal(model->fc1->weight.detach().to(torch::kCPU), fc1_before.to(torch::kCPU))) << stage;
+    ASSERT_EQ(trained.count("fc2.weight"), 1u);
+    EXPECT_FALSE(torch::equal(trained.at("fc2.weight").to(torch::kCPU), fc2_before.to(torch::kCPU))) << stage;
+  }
+  auto model = Mlp();
+  InitOptions options;
+  options.untrained_params = {"fc9.weight"};
+  try {
+    initialize(model_tensors(*model, {}), config_from(R"({"train_batch_size": 4,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.01}}})"), options);
+    FAIL() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("untrained_params names 'fc9.weight'"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace dscpp::testing

@@ -211,12 +211,53 @@ def test_a_client_optimizer_over_every_parameter_steps_only_the_trainable_ones()
         assert torch.equal(value, client[name]), name
 
 
-def test_an_optimizer_over_part_of_the_model():
+def subset_run(pass_parameters, freeze_the_rest=False, stage=0):
+    """gpt trained 3 steps with the optimizer over its blocks only (pass_parameters(model) → initialize's
+    arguments); or, as the reference, the rest frozen. Every parameter's values after it, whole."""
+    torch.manual_seed(0)
+    model = make_model("gpt")
+    if freeze_the_rest:
+        block_ids = {id(p) for p in model.blocks.parameters()}
+        for p in model.parameters():
+            p.requires_grad_(id(p) in block_ids)
+    given = pass_parameters(model)
+    c = config(zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0})
+    if "optimizer" in given:
+        del c["optimizer"]
+    engine, _, _, _ = dscpp.initialize(model=model, config=c, **given)
+    for _ in range(3):
+        engine.backward(engine(tokens()))
+        engine.step()
+    with dscpp.zero.GatheredParameters(list(model.parameters())):
+        return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_an_optimizer_or_model_parameters_over_part_of_the_model_trains_that_part(stage):
+    # As DeepSpeed: the parameters outside the optimizer keep their values; the rest train exactly as with the
+    # others frozen.
+    torch.manual_seed(0)
+    initial = {name: p.detach().clone() for name, p in make_model("gpt").named_parameters()}
+    reference = subset_run(lambda m: {}, freeze_the_rest=True, stage=stage)
+    client = subset_run(lambda m: {"optimizer": torch.optim.AdamW(m.blocks.parameters(), lr=1e-3,
+                                                                  weight_decay=0.1)}, stage=stage)
+    listed = subset_run(lambda m: {"model_parameters": m.blocks.parameters()}, stage=stage)
+    moved = [name for name in initial if name.startswith("blocks.") and not torch.equal(reference[name], initial[name])]
+    assert moved, "the blocks did not train"
+    for run in (client, listed):
+        for name, value in reference.items():
+            assert torch.equal(value, run[name]), name
+            if not name.startswith("blocks."):
+                assert torch.equal(value, initial[name]), f"{name} outside the optimizer moved"
+
+
+def test_an_optimizer_over_parameters_the_model_does_not_have():
     model = make_model("gpt")
     c = config()
     del c["optimizer"]
-    with pytest.raises(ValueError, match="covers .* trainable parameters"):
-        dscpp.initialize(model=model, optimizer=torch.optim.AdamW(model.blocks.parameters()), config=c)
+    stranger = torch.nn.Parameter(torch.zeros(3))
+    with pytest.raises(ValueError, match="holds 1 parameters that are not the model's"):
+        dscpp.initialize(model=model, optimizer=torch.optim.AdamW([stranger, *model.parameters()]), config=c)
 
 
 def test_parameter_groups_that_differ_in_more_than_weight_decay_and_lr():

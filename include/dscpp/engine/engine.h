@@ -79,6 +79,11 @@ struct InitOptions {
   // model-parallel rank. Names alone (Python's mpu, whose parameters do not say where their slice sits) train, but
   // cannot be checkpointed: prefer model_parallel_slices.
   std::set<std::string> model_parallel_params;
+  // Parameters that require a gradient but that the optimizer leaves alone, by name: DeepSpeed's model_parameters or
+  // client optimizer naming a subset of the trainable parameters. They are kept as frozen parameters are (whole, out
+  // of ZeRO's partitions, their values unchanged); autograd still fills their .grad. Each must name a trainable
+  // parameter (std::invalid_argument otherwise).
+  std::set<std::string> untrained_params;
   // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
   // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
   // layout loads on any other. Its names count as model_parallel_params.

@@ -172,7 +172,7 @@ env_report() {
   command -v nvidia-smi >/dev/null && nvidia-smi
   "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpus", torch.cuda.device_count())'
   lscpu | grep -E '^(Model name|CPU\(s\)|Flags)' | cut -c1-400
-  free -g
+  grep -E "^(MemTotal|MemAvailable):" /proc/meminfo  # procps (free) may be missing
 }
 # A dry run's build is the README's: it must hold every target the device builds.
 check_targets() {

@@ -63,7 +63,6 @@ if [ $DRY = 1 ]; then
   BIG=(--model tiny --seq_len 64 --micro_batch 1)
   STEPS=4
   ADAM_SIZES=(65536) ADAM_THREADS=(1) ADAM_REPEATS=1
-  PEAK=()
 else
   # The device's torch lives in a virtual environment that may not be on PATH.
   if ! python3 -c 'import torch' 2>/dev/null && [ -x /opt/torch/.venv/bin/python3 ]; then
@@ -81,7 +80,6 @@ else
   BIG=(--model gpt2 --n_layer 32 --n_embd 3072 --n_head 24 --seq_len 1024 --micro_batch 4 --activation_checkpointing)
   STEPS=20
   ADAM_SIZES=(16777216 268435456) ADAM_THREADS=(1 8 16) ADAM_REPEATS=3
-  PEAK=()
 fi
 
 # summary.txt from steps.txt and figures.txt; rewritten after every step.
@@ -134,8 +132,8 @@ median_metric() {
   "$PYTHON" - "$1" "$2" <<'EOF'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
-values = [r[sys.argv[2]] for r in rows[2:] if r.get(sys.argv[2]) is not None] or [None]
-print("%.1f" % statistics.median(values) if values[0] is not None else "n/a")
+values = [r[sys.argv[2]] for r in rows[2:] if r.get(sys.argv[2]) is not None]
+print("%.1f" % statistics.median(values) if values else "n/a")
 EOF
 }
 
@@ -193,6 +191,7 @@ fi
 : >"$WORK/steps.txt"
 : >"$FIGURES"
 
+PEAK=()  # --peak_tflops for the chip, set once the GPU's name is known (below)
 # --- env -------------------------------------------------------------------------------------------------------------
 step env 30 env_report
 GPU=$(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -1)

@@ -1,6 +1,6 @@
 // Linked into every test binary (tests/CMakeLists.txt): a test process that crashes says where, and what GoogleTest
-// had printed before the crash reaches the log. On the lent GPU two test binaries died of SIGSEGV with nothing after
-// "[ RUN ]": their stdout, a file under ctest, was still in its buffer, and the signal left no trace of the frame.
+// had printed before the crash reaches the log. On the lent GPU a test binary died of SIGSEGV (exit 139) with nothing
+// after "[ RUN ]": its stdout, redirected to a file, was still in its buffer, and the signal left no trace of where.
 // Under the sanitizers their own reports are better, so nothing is installed there.
 #include <execinfo.h>
 #include <unistd.h>

@@ -21,7 +21,11 @@ TARGETS=("$@")
 TORCH_PIN=2.11.0
 # torchvision 0.26 is torch 2.11's; scikit-build-core is pyproject.toml's build backend (the pip-install test builds
 # without isolation, so it comes from here).
-PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0 scikit-build-core==1.1.2)
+# wheel: building DeepSpeed's source distribution (below) needs bdist_wheel, which this setuptools lacks.
+PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0 scikit-build-core==1.1.2 wheel==0.45.1)
+# Real DeepSpeed, the reference tests/conformance runs the same scripts on (never imported by the engine). PyPI has its
+# source only; built without isolation against this torch (isolation would download a second torch), no ops compiled.
+DEEPSPEED_PIN=0.19.8
 
 PACKAGES=(build-essential cmake ccache git
   libgloo-dev  # ProcessGroupGloo.hpp's includes, which the torch wheel does not ship (docs/torch.md)
@@ -57,6 +61,9 @@ else
     "$PYTHON" -m pip install -q --disable-pip-version-check "torch==$TORCH_PIN"
   fi
   "$PYTHON" -m pip install -q --disable-pip-version-check "${PYTHON_TEST_PACKAGES[@]}"
+  if ! "$PYTHON" -c "import importlib.metadata as m, sys; sys.exit(m.version('deepspeed') != '$DEEPSPEED_PIN')" 2>/dev/null; then
+    DS_BUILD_OPS=0 "$PYTHON" -m pip install -q --disable-pip-version-check --no-build-isolation "deepspeed==$DEEPSPEED_PIN"
+  fi
 fi
 echo "setup.sh: building against torch $("$PYTHON" -c 'import torch; print(torch.__version__)') of $PYTHON"
 

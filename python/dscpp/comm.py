@@ -1,7 +1,10 @@
-"""init_distributed: torch.distributed's default process group, which the engine then communicates over.
+"""dscpp.comm, as deepspeed.comm: init_distributed — torch.distributed's default process group, which the engine then
+communicates over — and the calls scripts (and Hugging Face Accelerate) make through deepspeed.comm.
 
-As DeepSpeed's does, it leaves torch.distributed initialised, so a script's own dist.get_rank() / dist.all_reduce
-work; the engine takes the same group (one rendezvous, not two).
+As DeepSpeed's does, init_distributed leaves torch.distributed initialised, so a script's own dist.get_rank() /
+dist.all_reduce work; the engine takes the same group (one rendezvous, not two). The script-side calls below are
+torch.distributed's, as DeepSpeed's facade forwards them (its default backend being torch's): the engine's own
+collectives go through its C++ Comm, not through these.
 """
 import datetime
 import itertools
@@ -49,3 +52,80 @@ def engine_comm_arguments(user="engine", group=None):
     else:
         prefix += "-".join(str(r) for r in sorted(c10d._pg_group_ranks[group])) + "/"
     return dict(group=group, store=c10d._get_default_store(), backend=dist.get_backend(group), key_prefix=prefix)
+
+
+# ---- the script-side calls of deepspeed.comm: torch.distributed's, with DeepSpeed's signatures ---------------------
+
+ReduceOp = dist.ReduceOp
+
+
+def is_available():
+    return dist.is_available()
+
+
+def is_initialized():
+    return dist.is_initialized()
+
+
+def get_rank(group=None):
+    """This process's rank (in `group`); 0 when nothing is initialised, as a single process is."""
+    return dist.get_rank(group) if dist.is_initialized() else 0
+
+
+def get_world_size(group=None):
+    return dist.get_world_size(group) if dist.is_initialized() else 1
+
+
+def get_local_rank():
+    """LOCAL_RANK from the launcher's environment (0 when absent), as DeepSpeed reads it."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def get_global_rank(group=None, group_rank=0):
+    return dist.get_global_rank(group, group_rank)
+
+
+def new_group(ranks):
+    return dist.new_group(ranks)
+
+
+def barrier(group=None, async_op=False, device_ids=None):
+    return dist.barrier(group=group, async_op=async_op, device_ids=device_ids)
+
+
+def all_reduce(tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    return dist.all_reduce(tensor, op=op, group=group, async_op=async_op)
+
+
+def broadcast(tensor, src, group=None, async_op=False):
+    return dist.broadcast(tensor, src, group=group, async_op=async_op)
+
+
+def all_gather(tensor_list, tensor, group=None, async_op=False):
+    return dist.all_gather(tensor_list, tensor, group=group, async_op=async_op)
+
+
+def all_gather_into_tensor(output_tensor, tensor, group=None, async_op=False):
+    return dist.all_gather_into_tensor(output_tensor, tensor, group=group, async_op=async_op)
+
+
+def reduce_scatter_tensor(output_tensor, tensor, op=ReduceOp.SUM, group=None, async_op=False):
+    return dist.reduce_scatter_tensor(output_tensor, tensor, op=op, group=group, async_op=async_op)
+
+
+def all_to_all_single(output, tensor, output_split_sizes=None, input_split_sizes=None, group=None, async_op=False):
+    return dist.all_to_all_single(output, tensor, output_split_sizes, input_split_sizes, group=group,
+                                  async_op=async_op)
+
+
+def send(tensor, dst, group=None, tag=0):
+    return dist.send(tensor, dst, group=group, tag=tag)
+
+
+def recv(tensor, src=None, group=None, tag=0):
+    return dist.recv(tensor, src, group=group, tag=tag)
+
+
+def destroy_process_group(group=None):
+    if dist.is_initialized():
+        dist.destroy_process_group(group)

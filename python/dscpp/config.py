@@ -2,7 +2,9 @@
 `args.deepspeed_config` — and add_config_arguments. Parsing and validation are the C++ engine's (dscpp::Config)."""
 import argparse
 import json
+import math
 import os
+import sys
 
 
 def add_config_arguments(parser):
@@ -44,13 +46,31 @@ def dict_or_path(config, caller, argument):
     """A config given as a dict (deep-copied: a clear error if it is not JSON) or a path (which must exist), as
     (dict_or_None, path_or_None); `caller` and `argument` name the call in errors."""
     if isinstance(config, dict):
-        return json.loads(json.dumps(config)), None
+        return _finite(json.loads(json.dumps(config)), caller), None
     if isinstance(config, (str, os.PathLike)):
         path = os.fspath(config)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{caller}: the DeepSpeed config file {path} does not exist")
         return None, path
     raise TypeError(f"{caller}: {argument} must be a path or a dict, got {type(config).__name__}")
+
+
+def _finite(config, caller, where=""):
+    """A dict config's numbers as JSON can carry them. steps_per_print = float("inf") — what Hugging Face Accelerate
+    sets to silence the step log — means "never print", as in DeepSpeed, so it becomes the largest interval; any
+    other inf or nan is an error naming its key (JSON has no such numbers; the engine's parser would refuse them)."""
+    if isinstance(config, dict):
+        for key, value in list(config.items()):
+            path = f"{where}.{key}" if where else str(key)
+            if path == "steps_per_print" and isinstance(value, float) and value == math.inf:
+                config[key] = sys.maxsize
+            else:
+                config[key] = _finite(value, caller, path)
+    elif isinstance(config, list):
+        return [_finite(v, caller, f"{where}[{i}]") for i, v in enumerate(config)]
+    elif isinstance(config, float) and not math.isfinite(config):
+        raise ValueError(f"{caller}: config {where} = {config}: a DeepSpeed config number must be finite")
+    return config
 
 
 def load_json(path):

@@ -44,6 +44,7 @@ class DeepSpeedEngine:
         # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
         self._follows_client_lrs = client_optimizer is not None and not self._config.get("scheduler")
         self._follow_client_lrs()
+        self._show_schedule_lrs()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         first = next(iter(module.parameters()), None)
         self.device = first.device if first is not None else torch.device("cpu")
@@ -58,6 +59,7 @@ class DeepSpeedEngine:
         # The order a step's calls must come in: backward needs a forward, step needs a backward.
         self._forwarded = False
         self._backwarded = False
+        self._gathered_for_backward = False  # a ZeRO-3 forward's gathers wait for its backward
 
     # ---- one step -------------------------------------------------------------------------------------------------
 
@@ -75,6 +77,7 @@ class DeepSpeedEngine:
         will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in output_tensors(outputs))
         self._engine.end_forward(will_backward)
         self._forwarded = True
+        self._gathered_for_backward = will_backward and self.zero_optimization_stage() == 3
         return outputs
 
     __call__ = forward
@@ -95,6 +98,7 @@ class DeepSpeedEngine:
                                "engine(batch) (the engine's forward), then call backward once")
         self._forwarded = False
         self._engine.backward(loss)
+        self._gathered_for_backward = False
         self._backwarded = True
         steps = self.gradient_accumulation_steps()
         return loss.detach().float() / steps if steps > 1 else loss
@@ -110,6 +114,8 @@ class DeepSpeedEngine:
         if boundary:
             self._follow_client_lrs()
         applied = self._engine.step()  # false off the boundary, and for a step skipped on overflow
+        if boundary:
+            self._show_schedule_lrs()
         if self.lr_scheduler is not None and boundary and applied:
             with warnings.catch_warnings():
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
@@ -125,6 +131,15 @@ class DeepSpeedEngine:
         if self._grouped:
             for i, group in enumerate(groups):
                 self._engine.set_group_lr(i, float(group["lr"]))
+
+    def _show_schedule_lrs(self):
+        """Under a config "scheduler" with a client optimizer, the schedule's lrs in the client's param_groups, where
+        DeepSpeed's scheduler writes them (scripts read optimizer.param_groups[0]["lr"]); the engine steps with them."""
+        if self.optimizer is None or isinstance(self.optimizer, OptimizerView) or not self._config.get("scheduler"):
+            return
+        lrs = self.get_lr()
+        for i, group in enumerate(self.optimizer.param_groups):
+            group["lr"] = lrs[i] if i < len(lrs) else lrs[0]
 
     def train(self, mode=True):
         self.module.train(mode)
@@ -156,6 +171,19 @@ class DeepSpeedEngine:
         if self._follows_client_lrs:
             return [group["lr"] for group in self.optimizer.param_groups]
         return list(self._engine.group_lrs) if self._grouped else [self._engine.lr]
+
+    def empty_partition_cache(self):
+        """DeepSpeed's: give back the memory ZeRO-3 holds in gathered parameters outside a step. This engine already
+        releases every gathered block when its micro-step ends (and after a forward without backward), so between
+        steps only the persistent parameters stay whole and there is nothing more to release; what is left is what
+        DeepSpeed does after it, a garbage collection and, on a GPU, emptying torch's cache."""
+        if self._gathered_for_backward:
+            raise RuntimeError("engine.empty_partition_cache: called between a forward and its backward, whose "
+                               "gathered parameters the backward needs; call it between steps")
+        import gc
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def get_global_grad_norm(self):
         """The last step's global gradient norm before clipping; None before the first step."""

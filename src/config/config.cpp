@@ -130,7 +130,8 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   JsonReader root(doc, "", context);
   Config config;
   parse_batch(root, doc, options.world_size, config);
-  config.gradient_clipping = root.get_number("gradient_clipping", 0.0);
+  // DeepSpeed 0.19.8's default (GRADIENT_CLIPPING_DEFAULT = 1.0): a config without the key clips at 1.0.
+  config.gradient_clipping = root.get_number("gradient_clipping", 1.0);
   root.require(config.gradient_clipping >= 0, "gradient_clipping", "a number >= 0 (0 = no clipping)");
   config.steps_per_print = root.get_int("steps_per_print", 10, 1);
   config.wall_clock_breakdown = root.get_bool("wall_clock_breakdown", false);

@@ -11,13 +11,16 @@ WarmupType read_warmup_type(JsonReader& p) {
   return p.get_choice("warmup_type", "log", {"log", "linear"}) == "log" ? WarmupType::kLog : WarmupType::kLinear;
 }
 
-WarmupLROptions parse_warmup(JsonReader& p) {
+// `default_max_lr`: WarmupLR has none (it warms up to the optimizer's lr); WarmupDecayLR's is 1e-3, as DeepSpeed's.
+WarmupLROptions parse_warmup(JsonReader& p, std::optional<double> default_max_lr) {
   WarmupLROptions o;
   o.warmup_min_lr = p.get_number("warmup_min_lr", 0.0);
   p.require(o.warmup_min_lr >= 0, "warmup_min_lr", "a number >= 0");
-  o.warmup_max_lr = p.get_number("warmup_max_lr", 1e-3);
-  p.require(o.warmup_max_lr >= 0, "warmup_max_lr", "a number >= 0");
-  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 0, kNoMax);
+  if (p.has("warmup_max_lr") || default_max_lr) {
+    o.warmup_max_lr = p.get_number("warmup_max_lr", default_max_lr.value_or(0.0));
+    p.require(*o.warmup_max_lr >= 0, "warmup_max_lr", "a number >= 0");
+  }
+  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, kNoMax);  // DeepSpeed: a positive integer
   o.warmup_type = read_warmup_type(p);
   return o;
 }
@@ -33,7 +36,7 @@ int64_t read_total_steps(JsonReader& p, int64_t warmup_num_steps) {
 
 WarmupDecayLROptions parse_warmup_decay(JsonReader& p) {
   WarmupDecayLROptions o;
-  o.warmup = parse_warmup(p);
+  o.warmup = parse_warmup(p, 1e-3);
   o.total_num_steps = read_total_steps(p, o.warmup.warmup_num_steps);
   return o;
 }
@@ -42,7 +45,7 @@ WarmupCosineLROptions parse_warmup_cosine(JsonReader& p) {
   WarmupCosineLROptions o;
   o.warmup_min_ratio = p.get_number("warmup_min_ratio", 0.0);
   p.require(o.warmup_min_ratio >= 0 && o.warmup_min_ratio <= 1, "warmup_min_ratio", "a number in [0, 1]");
-  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 0, kNoMax);
+  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, kNoMax);  // DeepSpeed: a positive integer
   o.cos_min_ratio = p.get_number("cos_min_ratio", 1e-4);
   p.require(o.cos_min_ratio >= 0 && o.cos_min_ratio <= 1, "cos_min_ratio", "a number in [0, 1]");
   o.warmup_type = read_warmup_type(p);
@@ -101,7 +104,7 @@ std::optional<SchedulerConfig> parse_scheduler(JsonReader& root) {
   config.type = section.get_choice("type", "", kTypes);
   JsonReader params = section.section("params");
   if (config.type == "WarmupLR") {
-    config.options = parse_warmup(params);
+    config.options = parse_warmup(params, std::nullopt);
   } else if (config.type == "WarmupDecayLR") {
     config.options = parse_warmup_decay(params);
   } else if (config.type == "WarmupCosineLR") {

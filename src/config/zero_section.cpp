@@ -73,6 +73,7 @@ ZeroConfig parse_zero(JsonReader& z) {
   c.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1, kNoMax);
   c.stage3_prefetch_bucket_size = z.get_int("stage3_prefetch_bucket_size", 50'000'000, 0, kNoMax);
   c.stage3_param_persistence_threshold = z.get_int("stage3_param_persistence_threshold", 100'000, 0, kNoMax);
+  c.stage3_model_persistence_threshold = z.get_int("stage3_model_persistence_threshold", kNoMax, 0, kNoMax);
   c.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0, kNoMax);
   c.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0, kNoMax);
   // The deprecated fp16 spelling still works when the 16-bit one is absent.
@@ -116,10 +117,6 @@ ZeroConfig parse_zero(JsonReader& z) {
   z.require(hpz == 1, "zero_hpz_partition_size", "1: ZeRO++ hierarchical partitioning (hpZ) is not supported yet");
   const int64_t mics = z.get_int("mics_shard_size", -1, -1);
   z.require(mics <= 0, "mics_shard_size", "-1: MiCS sharding is not supported yet");
-  if (z.has("stage3_model_persistence_threshold")) {
-    z.require(z.get_int("stage3_model_persistence_threshold", kNoMax, 0) == kNoMax,
-              "stage3_model_persistence_threshold", "absent (unbounded): a model-wide bound is not supported yet");
-  }
   // ZeRO++ quantized communication: not built.
   z.accept_if_disabled({"zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients"});
   z.finish();

@@ -450,7 +450,8 @@ void Engine::set_param_groups(const std::vector<OptimizerParamGroup>& groups) {
        std::to_string(rank) + "'s partition)");
 }
 
-double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps); }
+// After s applied steps the schedule stands at iteration s - 1 (-1: as built), as DeepSpeed's after s scheduler steps.
+double Engine::lr() const { return schedule_->lr_at(progress_.schedule_steps - 1); }
 
 void Engine::set_lr(double lr) {
   if (config_.scheduler) {
@@ -603,8 +604,11 @@ bool Engine::step() {
 }
 
 void Engine::update(StepReport& report) {
-  const int64_t t = progress_.schedule_steps;  // the steps the schedule has applied (skipped ones not)
-  report.lr = schedule_->lr_at(t);
+  // The schedule's iteration this step runs at: one behind the steps applied (skipped ones not counted), as
+  // DeepSpeed's scheduler, stepped after each applied optimizer step, stands.
+  const int64_t iteration = progress_.schedule_steps - 1;
+  const double step_lr = schedule_->lr_at(iteration);
+  report.lr = step_lr;  // what a skipped step leaves for the next; an applied one moves it on below
   report.loss_scale = scaler_->scale();
   ++progress_.global_steps;
   progress_.global_samples += config_.batch.train_batch_size;
@@ -651,14 +655,15 @@ void Engine::update(StepReport& report) {
   if (clip > 0 && report.grad_norm > clip) coef *= clip / (report.grad_norm + 1e-6);
   if (coef != 1.0) grads.mul_(coef);
 
-  if (auto momentum = schedule_->momentum_at(t)) optimizer_->set_momentum(*momentum);
+  if (auto betas = schedule_->betas_at(iteration)) optimizer_->set_betas(betas->beta1, betas->beta2);
   if (offload_) {
-    offload_->step(grads, report.lr);  // on the host, each sub-group published as soon as it is updated
+    offload_->step(grads, step_lr);  // on the host, each sub-group published as soon as it is updated
   } else {
-    optimizer_->step(stage_->master_params(), grads, report.lr);
+    optimizer_->step(stage_->master_params(), grads, step_lr);
     stage_->publish_params();
   }
   ++progress_.schedule_steps;
+  report.lr = lr();  // as DeepSpeed's get_lr() after the step: the lr the next step will use
   stage_->zero_grads();
   add_time(Phase::kStep, step_start);
 }

@@ -13,7 +13,7 @@ namespace dscpp {
 PartitionedInit::PartitionedInit(const Config& config, std::shared_ptr<Comm> comm, torch::Device device)
     : comm_(std::move(comm)),
       options_(torch::TensorOptions().dtype(to_scalar_type(config.compute_dtype())).device(device)),
-      persistence_threshold_(config.zero.stage3_param_persistence_threshold) {
+      persistent_(config.zero.stage3_param_persistence_threshold, config.zero.stage3_model_persistence_threshold) {
   if (config.zero.stage != 3) {
     throw ConfigError("zero_optimization.stage is " + std::to_string(config.zero.stage) +
                       ": building a model partitioned (PartitionedInit, DeepSpeed's zero.Init) needs stage 3");
@@ -30,11 +30,11 @@ void PartitionedInit::partition(const std::shared_ptr<torch::nn::Module>& unit) 
     throw std::logic_error("PartitionedInit::partition: the units were already handed to dscpp::initialize; "
                            "build the whole model before initializing the engine");
   }
-  units_.push_back(partition_unit(unit, *comm_, options_, persistence_threshold_, taken_));
+  units_.push_back(partition_unit(unit, *comm_, options_, persistent_, taken_));
 }
 
 PrepartitionedUnit PartitionedInit::partition_params(const std::vector<std::pair<std::string, torch::Tensor>>& params) {
-  return partition_unit(params, *comm_, options_, persistence_threshold_, taken_);
+  return partition_unit(params, *comm_, options_, persistent_, taken_);
 }
 
 std::vector<std::shared_ptr<torch::nn::Module>> PartitionedInit::units() const {

@@ -55,14 +55,13 @@ Routing top1(const torch::Tensor& logits, const torch::Tensor& gates, const Gate
   const double factor = training ? o.capacity_factor : o.eval_capacity_factor;
   r.capacity = o.drop_tokens ? expert_capacity(S, E, factor, o.min_capacity)
                              : std::min(largest_count(r.exp_counts, ep_group), S);
-  if (o.use_rts) {
-    // Random Token Selection: an expert over capacity keeps the tokens with the largest uniform draw.
-    const auto priority = mask.to(torch::kFloat) * torch::rand({S, E}, logits.options());
-    const auto chosen = std::get<1>(torch::topk(priority, std::min(r.capacity, S), 0));
-    mask = mask * torch::zeros_like(mask).scatter_(0, chosen, 1);
-  } else {
-    mask = mask * slots(mask).lt(r.capacity);
-  }
+  // An expert over capacity keeps the tokens torch.topk picks down its column: with Random Token Selection those of
+  // the largest uniform draws, without it those topk picks among the equal 1s of the mask — DeepSpeed's top1gating
+  // does exactly this (same op, dtype and draw from the default generator), so both keep the same tokens. (Not the
+  // first ones in token order, as top-2 keeps.)
+  const auto priority = o.use_rts ? mask.to(torch::kFloat) * torch::rand({S, E}, logits.options()) : mask;
+  const auto chosen = std::get<1>(torch::topk(priority, std::min(r.capacity, S), 0));
+  mask = mask * torch::zeros_like(mask).scatter_(0, chosen, 1);
   const auto kept = mask.sum(1).gt(0);
   r.expert = choice.unsqueeze(0);
   r.location = (slots(mask) * mask).sum(1).unsqueeze(0);

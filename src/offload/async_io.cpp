@@ -162,7 +162,26 @@ AsyncIo::AsyncIo(const AioConfig& config, IoBackend backend) : config_(config) {
     kernels_.push_back(make_kernel(backend, static_cast<unsigned>(config_.queue_depth)));
   }
   stats_.threads = config_.intra_op_parallelism;
-  for (size_t i = 0; i < kernels_.size(); ++i) threads_.emplace_back([this, i] { run(*kernels_[i]); });
+  threads_.reserve(kernels_.size());
+  try {
+    for (size_t i = 0; i < kernels_.size(); ++i) threads_.emplace_back([this, i] { run(*kernels_[i]); });
+  } catch (...) {
+    // A thread that cannot start (EAGAIN under a process or thread limit) must not leave the ones started joinable:
+    // destroying a joinable std::thread while this exception unwinds would std::terminate the process.
+    stop_threads();
+    throw;
+  }
+}
+
+void AsyncIo::stop_threads() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (auto& thread : threads_) {
+    if (thread.joinable()) thread.join();
+  }
 }
 
 AsyncIo::~AsyncIo() {
@@ -174,10 +193,8 @@ AsyncIo::~AsyncIo() {
       }
       return true;
     });
-    stopping_ = true;
   }
-  changed_.notify_all();
-  for (auto& thread : threads_) thread.join();
+  stop_threads();
 }
 
 std::string AsyncIo::backend() const { return kernels_.front()->name(); }

@@ -72,10 +72,11 @@ class FlatAdam final : public FlatOptimizer {
     write_param16(slice);
   }
 
-  void set_momentum(double momentum) override {
-    require(momentum >= 0.0 && momentum < 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1)",
-            momentum);
-    beta1_ = momentum;
+  void set_betas(double beta1, double beta2) override {
+    require(beta1 >= 0.0 && beta1 < 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1)", beta1);
+    require(beta2 >= 0.0 && beta2 < 1.0, "betas[1]", "(set by the schedule's momentum) must be in [0, 1)", beta2);
+    beta1_ = beta1;
+    beta2_ = beta2;
   }
 
   int64_t numel() const override { return numel_; }

@@ -16,8 +16,7 @@ class FlatSgd final : public FlatOptimizer {
         dampening_(options.dampening),
         weight_decay_(options.weight_decay),
         nesterov_(options.nesterov),
-        numel_(numel),
-        state_options_(state_options) {
+        numel_(numel) {
     // Plain SGD keeps no state: the buffer exists only when momentum is used (4 bytes per parameter).
     if (momentum_ != 0.0) momentum_buffer_ = torch::zeros({numel}, state_options);
   }
@@ -62,16 +61,6 @@ class FlatSgd final : public FlatOptimizer {
 
   int64_t numel() const override { return numel_; }
 
-  void set_momentum(double momentum) override {
-    require(momentum >= 0.0, "momentum", "(set by the schedule) must be >= 0", momentum);
-    if (momentum != 0.0 && !momentum_buffer_.defined()) {
-      // Momentum switched on after construction: start a buffer the torch way, from the next gradient.
-      momentum_buffer_ = torch::zeros({numel_}, state_options_);
-      buffer_fresh_ = true;
-    }
-    momentum_ = momentum;
-  }
-
   std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
     if (!momentum_buffer_.defined()) return {};
     return {{"momentum_buffer", momentum_buffer_}};
@@ -93,7 +82,6 @@ class FlatSgd final : public FlatOptimizer {
   double weight_decay_;
   bool nesterov_;
   int64_t numel_;
-  torch::TensorOptions state_options_;
   int64_t steps_ = 0;
   bool buffer_fresh_ = true;       // the buffer holds no history yet
   bool fresh_this_step_ = true;    // buffer_fresh_ as the current step began

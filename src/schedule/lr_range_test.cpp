@@ -13,7 +13,7 @@ class LRRangeTest final : public LRSchedule {
   explicit LRRangeTest(const LRRangeTestOptions& options) : options_(options) {}
 
   double lr_at(int64_t t) const override {
-    t = std::max<int64_t>(t, 0);
+    t = std::max<int64_t>(t, -1);  // -1: the value set when built, min_lr
     const double steps = static_cast<double>(t + 1) / static_cast<double>(options_.lr_range_test_step_size);
     const double interval = options_.lr_range_test_staircase ? std::floor(steps) : steps;
     return options_.lr_range_test_min_lr * (1.0 + options_.lr_range_test_step_rate * interval);

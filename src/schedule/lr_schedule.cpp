@@ -49,7 +49,7 @@ std::unique_ptr<LRSchedule> make_lr_schedule(const SchedulerConfig& config, doub
                                       "); supported: WarmupLR, WarmupDecayLR, WarmupCosineLR, OneCycle, LRRangeTest");
         }
         if constexpr (std::is_same_v<T, WarmupLROptions>) {
-          return detail::make_warmup_lr(options);
+          return detail::make_warmup_lr(options, base_lr);
         } else if constexpr (std::is_same_v<T, WarmupDecayLROptions>) {
           return detail::make_warmup_decay_lr(options);
         } else if constexpr (std::is_same_v<T, WarmupCosineLROptions>) {

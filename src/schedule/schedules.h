@@ -33,7 +33,7 @@ void require(bool ok, const char* key, const char* requirement, T value) {
 // Checks the warmup keys WarmupLR and WarmupDecayLR share.
 void validate_warmup(const WarmupLROptions& options);
 
-std::unique_ptr<LRSchedule> make_warmup_lr(const WarmupLROptions& options);
+std::unique_ptr<LRSchedule> make_warmup_lr(const WarmupLROptions& options, double base_lr);
 std::unique_ptr<LRSchedule> make_warmup_decay_lr(const WarmupDecayLROptions& options);
 std::unique_ptr<LRSchedule> make_warmup_cosine_lr(const WarmupCosineLROptions& options, double base_lr);
 std::unique_ptr<LRSchedule> make_one_cycle(const OneCycleOptions& options);

@@ -20,7 +20,10 @@ class WarmupCosineLR final : public LRSchedule {
         cos_min_ratio_(options.cos_min_ratio),
         type_(options.warmup_type) {}
 
-  double lr_at(int64_t t) const override { return base_lr_ * ratio(std::max<int64_t>(t, 0)); }
+  double lr_at(int64_t t) const override {
+    if (t < 0) return 0.0;  // DeepSpeed's value when built: 0, not the warmup's first ratio
+    return base_lr_ * ratio(t);
+  }
 
  private:
   double ratio(int64_t t) const {
@@ -28,11 +31,12 @@ class WarmupCosineLR final : public LRSchedule {
       const double gamma = warmup_gamma(t, warmup_steps_, type_);
       return warmup_min_ratio_ + gamma * (1.0 - warmup_min_ratio_);
     }
-    // As DeepSpeed: past total_num_steps the cosine is not clamped (it rises again); training normally
-    // ends at total_num_steps, and matching DeepSpeed keeps "dscpp plan" schedules comparable.
+    // As DeepSpeed 0.19.8 (the release tests/conformance pins): the cosine's progress is clamped to 1, so from
+    // total_num_steps on (and after the warmup when total_num_steps <= its length) the ratio stays at cos_min_ratio.
     const double real_last_step = static_cast<double>(t - warmup_steps_ + 1);
-    const double real_total_steps = static_cast<double>(total_steps_ - warmup_steps_);
-    const double cosine = (1.0 + std::cos(kPi * real_last_step / real_total_steps)) / 2.0;
+    const double real_total_steps = std::max(1.0, static_cast<double>(total_steps_ - warmup_steps_));
+    const double progress = std::min(1.0, real_last_step / real_total_steps);
+    const double cosine = (1.0 + std::cos(kPi * progress)) / 2.0;
     return std::max(0.0, cos_min_ratio_ + (1.0 - cos_min_ratio_) * cosine);
   }
 
@@ -48,19 +52,13 @@ class WarmupCosineLR final : public LRSchedule {
 
 std::unique_ptr<LRSchedule> make_warmup_cosine_lr(const WarmupCosineLROptions& options, double base_lr) {
   require(base_lr >= 0.0, "lr", "(the optimizer's lr, which WarmupCosineLR scales) must be >= 0", base_lr);
-  require(options.warmup_num_steps >= 0, "warmup_num_steps", "must be >= 0", options.warmup_num_steps);
+  require(options.warmup_num_steps >= 1, "warmup_num_steps", "must be a positive integer", options.warmup_num_steps);
   require(options.warmup_min_ratio >= 0.0 && options.warmup_min_ratio <= 1.0, "warmup_min_ratio",
           "must be in [0, 1]", options.warmup_min_ratio);
   require(options.cos_min_ratio >= 0.0 && options.cos_min_ratio <= 1.0, "cos_min_ratio", "must be in [0, 1]",
           options.cos_min_ratio);
-  // DeepSpeed divides by (T - N): T == N crashes it and T < N makes the cosine oscillate, so both are errors.
-  const int64_t warmup = effective_warmup_steps(options.warmup_num_steps);
-  if (options.total_num_steps <= warmup) {
-    throw std::invalid_argument(
-        "scheduler.params.total_num_steps is required by WarmupCosineLR and must be greater than "
-        "warmup_num_steps (" + std::to_string(warmup) + (options.warmup_num_steps < 2 ? ", after the clamp to >= 2" : "") +
-        "), got " + std::to_string(options.total_num_steps));
-  }
+  require(options.total_num_steps >= 1, "total_num_steps", "is required by WarmupCosineLR and must be >= 1",
+          options.total_num_steps);
   return std::make_unique<WarmupCosineLR>(options, base_lr);
 }
 

@@ -12,13 +12,13 @@ class WarmupDecayLR final : public LRSchedule {
  public:
   explicit WarmupDecayLR(const WarmupDecayLROptions& options)
       : min_lr_(options.warmup.warmup_min_lr),
-        delta_lr_(options.warmup.warmup_max_lr - options.warmup.warmup_min_lr),
+        delta_lr_(options.warmup.warmup_max_lr.value_or(1e-3) - options.warmup.warmup_min_lr),
         warmup_steps_(effective_warmup_steps(options.warmup.warmup_num_steps)),
         total_steps_(options.total_num_steps),
         type_(options.warmup.warmup_type) {}
 
   double lr_at(int64_t t) const override {
-    t = std::max<int64_t>(t, 0);
+    if (t < 0) return min_lr_;  // set when built, as WarmupLR
     return min_lr_ + delta_lr_ * gamma(t);
   }
 

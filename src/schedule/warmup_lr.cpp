@@ -18,14 +18,14 @@ namespace {
 
 class WarmupLR final : public LRSchedule {
  public:
-  explicit WarmupLR(const WarmupLROptions& options)
+  WarmupLR(const WarmupLROptions& options, double max_lr)
       : min_lr_(options.warmup_min_lr),
-        delta_lr_(options.warmup_max_lr - options.warmup_min_lr),
+        delta_lr_(max_lr - options.warmup_min_lr),
         warmup_steps_(effective_warmup_steps(options.warmup_num_steps)),
         type_(options.warmup_type) {}
 
   double lr_at(int64_t t) const override {
-    t = std::max<int64_t>(t, 0);
+    if (t < 0) return min_lr_;  // set when built (DeepSpeed's get_lr before the first step)
     const double gamma = t < warmup_steps_ ? warmup_gamma(t, warmup_steps_, type_) : 1.0;
     return min_lr_ + delta_lr_ * gamma;
   }
@@ -41,13 +41,20 @@ class WarmupLR final : public LRSchedule {
 
 void validate_warmup(const WarmupLROptions& options) {
   require(options.warmup_min_lr >= 0.0, "warmup_min_lr", "must be >= 0", options.warmup_min_lr);
-  require(options.warmup_max_lr >= 0.0, "warmup_max_lr", "must be >= 0", options.warmup_max_lr);
-  require(options.warmup_num_steps >= 0, "warmup_num_steps", "must be >= 0", options.warmup_num_steps);
+  if (options.warmup_max_lr) {
+    require(*options.warmup_max_lr >= 0.0, "warmup_max_lr", "must be >= 0", *options.warmup_max_lr);
+  }
+  require(options.warmup_num_steps >= 1, "warmup_num_steps", "must be a positive integer", options.warmup_num_steps);
 }
 
-std::unique_ptr<LRSchedule> make_warmup_lr(const WarmupLROptions& options) {
+std::unique_ptr<LRSchedule> make_warmup_lr(const WarmupLROptions& options, double base_lr) {
   validate_warmup(options);
-  return std::make_unique<WarmupLR>(options);
+  // Without warmup_max_lr the warmup ends at the optimizer's lr, as DeepSpeed's WarmupLR (0.19.8) does.
+  if (!options.warmup_max_lr) {
+    require(base_lr >= 0.0, "warmup_max_lr",
+            "is unset, so the warmup ends at the optimizer's lr, which must be a number >= 0", base_lr);
+  }
+  return std::make_unique<WarmupLR>(options, options.warmup_max_lr.value_or(base_lr));
 }
 
 }  // namespace dscpp::detail

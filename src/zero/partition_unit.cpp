@@ -20,16 +20,17 @@ void make_empty(PrepartitionedUnit& unit) {
 }  // namespace
 
 PrepartitionedUnit partition_unit(const std::vector<std::pair<std::string, torch::Tensor>>& candidates, Comm& comm,
-                                  const torch::TensorOptions& options, int64_t persistence_threshold,
+                                  const torch::TensorOptions& options, PersistenceRule& persistent,
                                   std::unordered_set<const c10::TensorImpl*>& taken) {
   torch::NoGradGuard no_grad;
   PrepartitionedUnit out;
   std::vector<FlatLayout::Param> described;
   for (const auto& [name, p] : candidates) {
-    // The same choice Stage 3 makes at initialize: small parameters persist (stay whole); frozen ones are not
-    // ZeRO's to shard.
-    if (!p.defined() || !p.requires_grad() || p.numel() < persistence_threshold) continue;
+    // The same choice Stage 3 makes at initialize: frozen parameters are not ZeRO's to shard; small ones persist
+    // (stay whole), each decided once, in order.
+    if (!p.defined() || !p.requires_grad()) continue;
     if (!taken.insert(p.unsafeGetTensorImpl()).second) continue;
+    if (persistent.admit(p.numel())) continue;
     out.params.push_back(p);
     described.push_back({name, p.sizes().vec(), false});
   }
@@ -56,12 +57,12 @@ PrepartitionedUnit partition_unit(const std::vector<std::pair<std::string, torch
 }
 
 PrepartitionedUnit partition_unit(std::shared_ptr<torch::nn::Module> unit, Comm& comm,
-                                  const torch::TensorOptions& options, int64_t persistence_threshold,
+                                  const torch::TensorOptions& options, PersistenceRule& persistent,
                                   std::unordered_set<const c10::TensorImpl*>& taken) {
   if (!unit) throw std::invalid_argument("partition_unit: the unit is null");
   std::vector<std::pair<std::string, torch::Tensor>> candidates;
   for (const auto& item : unit->named_parameters(/*recurse=*/true)) candidates.emplace_back(item.key(), item.value());
-  auto out = partition_unit(candidates, comm, options, persistence_threshold, taken);
+  auto out = partition_unit(candidates, comm, options, persistent, taken);
   out.module = std::move(unit);
   return out;
 }

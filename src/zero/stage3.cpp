@@ -28,6 +28,7 @@
 #include "dscpp/zero/gathered_group.h"
 #include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/order_check.h"
+#include "dscpp/zero/persistence.h"
 #include "dscpp/zero/returnable_memory.h"
 #include "dscpp/zero/sharded_master.h"
 #include "dscpp/zero/zero_stage.h"
@@ -41,7 +42,7 @@ struct Placement {
   std::vector<std::string> kind_name;  // per kind, for errors and the log
 };
 
-Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
+Placement place(const PartitionedModel& model, const ZeroConfig& zero) {
   std::unordered_map<const c10::TensorImpl*, int> unit_of;
   for (size_t u = 0; u < model.units.size(); ++u) {
     for (const auto& p : model.units[u].params) {
@@ -51,8 +52,9 @@ Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
   Placement out;
   out.kind_name = {"persistent parameters", "root parameters (outside every unit)"};
   for (const auto& unit : model.units) out.kind_name.push_back(unit.name);
+  PersistenceRule persistent(zero.stage3_param_persistence_threshold, zero.stage3_model_persistence_threshold);
   for (const auto& p : model.params) {
-    if (p.numel() < persistence_threshold) {
+    if (persistent.admit(p.numel())) {
       out.kind_of_param.push_back(0);
     } else if (auto it = unit_of.find(p.unsafeGetTensorImpl()); it != unit_of.end()) {
       out.kind_of_param.push_back(2 + it->second);
@@ -66,7 +68,7 @@ Placement place(const PartitionedModel& model, int64_t persistence_threshold) {
 class Stage3 final : public ZeroStage {
  public:
   Stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero)
-      : ctx_(context), zero_(zero), placement_(place(model, zero.stage3_param_persistence_threshold)) {
+      : ctx_(context), zero_(zero), placement_(place(model, zero)) {
     order_params(model);
     layout_ = std::make_unique<FlatLayout>(describe_params(), ctx_.comm->world_size(),
                                            std::numeric_limits<int64_t>::max());

@@ -223,8 +223,9 @@ TEST(EngineCheckpoint, WithoutSchedulerStatesTheScheduleKeepsThisEnginesPosition
   restarted->load_checkpoint((dir / "ckpt").string(), "", keep_schedule);
   EXPECT_EQ(restarted->global_steps(), 3);
   EXPECT_EQ(restarted->lr(), lr1);
-  train_step(*restarted, *restarted_model);
-  EXPECT_EQ(restarted->last_step().lr, lr1);  // the step ran at the kept position, and moved it to 2
+  train_step(*restarted, *restarted_model);  // ran at the kept position, and moved it to 2 (iteration 1)
+  EXPECT_DOUBLE_EQ(restarted->lr(), 0.01);
+  EXPECT_EQ(restarted->last_step().lr, restarted->lr());  // what the next step will use
   restarted->save_checkpoint((dir / "ckpt").string(), "four");
   EXPECT_EQ(Manifest::read((dir / "ckpt" / "four").string()).scheduler_position, 2);
   auto again = make_engine("AdamW", 1, nullptr, warmup);

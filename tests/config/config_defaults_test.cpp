@@ -16,7 +16,7 @@ TEST(ConfigDefaults, TopLevel) {
   EXPECT_EQ(c.batch.train_batch_size, 1);
   EXPECT_EQ(c.batch.micro_batch, 1);
   EXPECT_EQ(c.batch.grad_accum, 1);
-  EXPECT_EQ(c.gradient_clipping, 0.0);
+  EXPECT_EQ(c.gradient_clipping, 1.0);  // DeepSpeed 0.19.8's GRADIENT_CLIPPING_DEFAULT
   EXPECT_EQ(c.steps_per_print, 10);
   EXPECT_FALSE(c.wall_clock_breakdown);
   EXPECT_FALSE(c.memory_breakdown);
@@ -146,13 +146,14 @@ TEST(ConfigDefaults, SchedulerParamsPerType) {
   auto scheduler = [](const json& s) { return parse({{"train_batch_size", 1}, {"scheduler", s}}).scheduler.value(); };
   const auto w = std::get<WarmupLROptions>(scheduler({{"type", "WarmupLR"}}).options);
   EXPECT_EQ(w.warmup_min_lr, 0.0);
-  EXPECT_EQ(w.warmup_max_lr, 1e-3);
+  EXPECT_FALSE(w.warmup_max_lr.has_value());  // WarmupLR warms up to the optimizer's lr
   EXPECT_EQ(w.warmup_num_steps, 1000);
   EXPECT_EQ(w.warmup_type, WarmupType::kLog);
   const auto d = std::get<WarmupDecayLROptions>(
       scheduler({{"type", "WarmupDecayLR"}, {"params", {{"total_num_steps", 5000}, {"warmup_type", "linear"}}}})
           .options);
   EXPECT_EQ(d.total_num_steps, 5000);
+  EXPECT_EQ(d.warmup.warmup_max_lr, 1e-3);  // WarmupDecayLR's own default
   EXPECT_EQ(d.warmup.warmup_type, WarmupType::kLinear);
   const auto cos = std::get<WarmupCosineLROptions>(
       scheduler({{"type", "WarmupCosineLR"}, {"params", {{"total_num_steps", 2000}}}}).options);

@@ -72,7 +72,7 @@ TEST(PlanCli, ResolvedJsonAndSetOverrides) {
   EXPECT_EQ(resolved["optimizer"]["params"]["betas"], nlohmann::json({0.8, 0.9}));
   EXPECT_EQ(resolved["train_batch_size"], 16);
   EXPECT_NE(r.out.find("train_batch_size 16 = train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 2 x "
-                       "world_size 4"),
+                       "data-parallel size 4\n"),
             std::string::npos);
 }
 
@@ -140,6 +140,34 @@ TEST(PlanCli, ModelPresetGivesTheParameterCount) {
   EXPECT_NE(plan(path + " --model gpt2 --params 1B").code, 0);  // one or the other
 }
 
+// --world_size is the job's ranks, as gpt-train's world: the batch triangle's third side is the data-parallel size,
+// world / (pipeline × tensor), as in gpt-train and DeepSpeed, and a world the layout does not divide is refused with
+// the words gpt-train refuses it with (both build the same ProcessTopology).
+TEST(PlanCli, ModelParallelAxesDivideTheWorldAsTrainingDoes) {
+  const std::string path = write_config("3d.json", {{"train_batch_size", 16},
+                                                     {"train_micro_batch_size_per_gpu", 2},
+                                                     {"gradient_accumulation_steps", 8},
+                                                     {"zero_optimization", {{"stage", 1}}},
+                                                     {"pipeline", {{"stages", 2}}},
+                                                     {"tensor_parallel", {{"autotp_size", 2}}}});
+  const PlanRun r = plan(path + " --world_size 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("train_batch_size 16 = train_micro_batch_size_per_gpu 2 x gradient_accumulation_steps 8 x "
+                       "data-parallel size 1 (world_size 4 / (pipeline 2 x tensor 2))"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("grid: 4 ranks = pipeline 2 x data parallel 1 x tensor parallel 2"), std::string::npos) << r.out;
+
+  // ProcessTopology's message (src/comm/topology.cpp), which gpt-train stops with at the same world.
+  const std::string words = "topology: pipeline stages 1 x tensor-parallel size 2 = 2 does not divide the world size 1";
+  const std::string tp = write_config("tp_world1.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                          {"tensor_parallel", {{"autotp_size", 2}}}});
+  const PlanRun one = plan(tp + " --world_size 1");
+  EXPECT_NE(one.code, 0);
+  EXPECT_NE(one.err.find(words), std::string::npos) << one.err;
+  EXPECT_EQ(plan(tp + " --world_size 1 --set tensor_parallel.autotp_size=1").code, 0);  // --set moves the layout too
+}
+
 // tensor_parallel.autotp_size: the grid the run forms (world = tp × data parallel, model fastest) and the
 // parameters one rank holds (tiny: 842,496 in all, of which wpe, the LayerNorms and the row-parallel biases, 19,712,
 // are whole on every rank: 19,712 + 822,784 / 2).
@@ -147,7 +175,7 @@ TEST(PlanCli, TensorParallelShowsTheGridAndTheSlicesPerRank) {
   const std::string path = write_config("tp.json", {{"train_micro_batch_size_per_gpu", 2},
                                                      {"zero_optimization", {{"stage", 1}}},
                                                      {"tensor_parallel", {{"autotp_size", 2}}}});
-  const PlanRun r = plan(path + " --model tiny --world_size 2");
+  const PlanRun r = plan(path + " --model tiny --world_size 4");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("grid: 4 ranks = pipeline 1 x data parallel 2 x tensor parallel 2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 2: pipe 0, data 1, model 0\nrank 3: pipe 0, data 1, model 1\n"), std::string::npos)
@@ -185,7 +213,7 @@ TEST(PlanCli, PipelineShowsTheGridTheBubbleAndTheStages) {
                                                      {"gradient_accumulation_steps", 4},
                                                      {"zero_optimization", {{"stage", 1}}},
                                                      {"pipeline", {{"stages", 2}}}});
-  const PlanRun r = plan(path + " --model tiny --world_size 2");
+  const PlanRun r = plan(path + " --model tiny --world_size 4");
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("grid: 4 ranks = pipeline 2 x data parallel 2 x tensor parallel 1"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank 1: pipe 0, data 1, model 0\nrank 2: pipe 1, data 0, model 0\n"), std::string::npos)
@@ -199,7 +227,7 @@ TEST(PlanCli, PipelineShowsTheGridTheBubbleAndTheStages) {
   EXPECT_NE(r.out.find("model-state memory per rank (Adam, 445696 params"), std::string::npos) << r.out;
   const std::string uniform = write_config("pp3.json", {{"train_micro_batch_size_per_gpu", 2},
                                                          {"pipeline", {{"stages", 7}}}});
-  EXPECT_NE(plan(uniform + " --model tiny").err.find("pipeline: 7 stages but the model has 6 layers"),
+  EXPECT_NE(plan(uniform + " --model tiny --world_size 7").err.find("pipeline: 7 stages but the model has 6 layers"),
             std::string::npos);
 }
 
@@ -264,8 +292,9 @@ TEST(PlanCli, ScheduleCsvRows) {
   EXPECT_EQ(header, "step,lr,loss_scale");
   ASSERT_EQ(rows.size(), 15u);
   for (int k = 1; k <= 15; ++k) {
-    // Step k uses lr_at(k - 1); linear warmup over 10 steps, then flat.
-    const double expected = 1e-3 * std::min(k - 1, 10) / 10.0;
+    // Step k runs at iteration k - 2 (the first at the value set when built, warmup_min_lr): linear warmup over
+    // 10 iterations, then flat.
+    const double expected = 1e-3 * std::min(std::max(k - 2, 0), 10) / 10.0;
     EXPECT_EQ(rows[k - 1][0], k);
     EXPECT_NEAR(rows[k - 1][1], expected, 1e-12) << "step " << k;
     EXPECT_EQ(rows[k - 1][2], 256.0);

@@ -45,7 +45,8 @@ torch::Tensor train_engine(const std::string& json, int64_t steps, int64_t globa
 
 TEST(Engine, MatchesPlainLibTorchAdamW) {
   const int64_t steps = 10, batch = 16;
-  auto engine_params = train_engine(R"({"train_batch_size": 16,
+  // Without clipping (DeepSpeed's default clips at 1.0), as the plain loop below.
+  auto engine_params = train_engine(R"({"train_batch_size": 16, "gradient_clipping": 0,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1, "betas": [0.9, 0.99], "eps": 1e-8}}})",
                                     steps, batch);
   torch::manual_seed(0);
@@ -66,7 +67,7 @@ TEST(Engine, MatchesPlainLibTorchAdamW) {
 // trainable parameter, or one in two groups, is an error naming it.
 TEST(Engine, ParameterGroupsMatchLibTorchParamGroups) {
   const int64_t steps = 10, batch = 16;
-  const std::string json = R"({"train_batch_size": 16,
+  const std::string json = R"({"train_batch_size": 16, "gradient_clipping": 0,
       "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}})";
   auto bias_lr = [](int64_t step) { return step < 5 ? 0.003 : 0.02; };
   torch::manual_seed(0);
@@ -204,7 +205,9 @@ TEST(Engine, ClipsToGlobalNormAndReportsPreClipNorm) {
   EXPECT_NEAR(update.norm().item<double>(), clip, 1e-5 * clip);
 }
 
-TEST(Engine, ScheduleStepKUsesValueAtKMinusOne) {
+// As DeepSpeed's: the schedule's iteration -1 value for the first step, then one iteration per applied step, so
+// step k runs at iteration k - 2; lr() and last_step().lr are what the next step will use (DeepSpeed's get_lr()).
+TEST(Engine, ScheduleStepKRunsAtIterationKMinusTwo) {
   torch::manual_seed(0);
   auto model = Mlp();
   auto engine = initialize(model.ptr(), config_from(R"({"train_batch_size": 4,
@@ -212,12 +215,16 @@ TEST(Engine, ScheduleStepKUsesValueAtKMinusOne) {
       "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 0.1,
                                                    "warmup_num_steps": 4, "warmup_type": "linear"}}})"));
   auto [x, y] = regression_data(4);
-  const std::vector<double> expected = {0.0, 0.025, 0.05, 0.075, 0.1, 0.1};
-  for (double lr : expected) {
-    EXPECT_DOUBLE_EQ(engine->lr(), lr);
+  // Iterations -1, 0, 1, ...: warmup_min_lr when built, then t / 4 of the way up.
+  const std::vector<double> expected = {0.0, 0.0, 0.025, 0.05, 0.075, 0.1, 0.1};
+  for (size_t k = 0; k + 1 < expected.size(); ++k) {
+    EXPECT_DOUBLE_EQ(engine->lr(), expected[k]) << "before step " << k + 1;
+    const auto before = flat_params(*model);
     engine->backward(model->loss(x, y));
     engine->step();
-    EXPECT_DOUBLE_EQ(engine->last_step().lr, lr);
+    EXPECT_DOUBLE_EQ(engine->last_step().lr, expected[k + 1]) << "after step " << k + 1;
+    // The step ran at expected[k]: at lr 0 nothing moves.
+    EXPECT_EQ(torch::equal(before, flat_params(*model)), expected[k] == 0.0) << "step " << k + 1;
   }
 }
 

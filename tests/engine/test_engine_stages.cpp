@@ -250,6 +250,28 @@ TEST(EngineStages, Stage3BuiltPartitionedThenRegroupedTrainsAsBuiltWhole) {
               stack_parameters(config_json(3, 1), true, 0, true));
 }
 
+// zero_optimization.stage3_model_persistence_threshold (DeepSpeed's model_persistence_threshold) bounds the elements
+// the persistent parameters hold together: in order, a small parameter persists only while the total stays within
+// it; one that would pass it is partitioned, and later, smaller ones may still persist. Quirky's parameters in
+// named_parameters() order (a module's own before its children's, as in PyTorch): unused 5, fc1_weight_again 128 (fc1's
+// weight, counted once), fc1.bias 16, fc2.weight 16, fc2.bias 1.
+TEST(EngineStages, Stage3ModelPersistenceThresholdBoundsThePersistentParameters) {
+  auto persistent_elements = [](const std::string& model_threshold) {
+    auto json = config_json(3, 1);
+    const std::string key = R"("stage3_param_persistence_threshold": 0)";
+    json.replace(json.find(key), key.size(), R"("stage3_param_persistence_threshold": 1000)" + model_threshold);
+    torch::manual_seed(0);
+    Quirky model;
+    auto engine = initialize(model.ptr(), config_from(json));
+    return engine->memory_breakdown().states.stage.persistent / static_cast<int64_t>(sizeof(float));
+  };
+  EXPECT_EQ(persistent_elements(""), 166);
+  EXPECT_EQ(persistent_elements(R"(, "stage3_model_persistence_threshold": 40)"), 5 + 16 + 16 + 1);
+  EXPECT_EQ(persistent_elements(R"(, "stage3_model_persistence_threshold": 21)"), 5 + 16);  // reached exactly
+  EXPECT_EQ(persistent_elements(R"(, "model_persistence_threshold": 20)"), 5 + 1);  // DeepSpeed's other name
+  EXPECT_EQ(persistent_elements(R"(, "stage3_model_persistence_threshold": 0)"), 0);
+}
+
 TEST(EngineStages, Stage3BuiltPartitionedErrorsNameTheMismatch) {
   const auto config = config_from(config_json(3, 1));
   // Not stage 3.

@@ -22,7 +22,8 @@ struct Reference {
 };
 
 // Token by token, in order: each choice takes the next free slot of its expert (second choices after every first
-// choice), and a choice past the capacity is dropped.
+// choice), and a choice past the capacity is dropped. Top-1 keeps, of an overflowing expert's tokens, those
+// torch.topk picks over its column of the 0/1 mask (DeepSpeed's rule), then gives them slots in token order.
 Reference reference(const torch::Tensor& logits, int k, double factor, int64_t min_capacity, bool drop_tokens) {
   const auto gates = torch::softmax(logits, 1);
   const int64_t S = logits.size(0), E = logits.size(1);
@@ -55,9 +56,21 @@ Reference reference(const torch::Tensor& logits, int k, double factor, int64_t m
     r.capacity = most;
   }
   r.combine = torch::zeros({S, E, r.capacity});
+  std::vector<bool> keep1(S, true);
+  if (k == 1 && drop_tokens) {
+    const auto mask = torch::one_hot(torch::tensor(first, torch::kLong), E);
+    const auto picked = std::get<1>(torch::topk(mask, std::min(r.capacity, S), 0));  // (capacity, E) token indices
+    std::fill(keep1.begin(), keep1.end(), false);
+    for (int64_t c = 0; c < picked.size(0); ++c) {
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t s = picked[c][e].item<int64_t>();
+        if (first[s] == e) keep1[s] = true;
+      }
+    }
+  }
   std::vector<int64_t> next(E, 0), slot1(S, -1), slot2(S, -1);
   for (int64_t s = 0; s < S; ++s) {
-    if (next[first[s]] < r.capacity) slot1[s] = next[first[s]]++;
+    if (keep1[s] && next[first[s]] < r.capacity) slot1[s] = next[first[s]]++;
   }
   if (k == 2) {
     for (int64_t e = 0; e < E; ++e) next[e] = first_count[e];  // second choices start after every first choice
@@ -167,7 +180,7 @@ TEST(Gate, RandomTokenSelectionKeepsCapacityOfTheTokensSentThere) {
   const auto to0 = rts.expert[0].eq(0);
   ASSERT_GT(to0.sum().item<int64_t>(), rts.capacity);
   EXPECT_EQ((rts.kept[0] & to0).sum().item<int64_t>(), rts.capacity);
-  EXPECT_FALSE(torch::equal(rts.kept, ordered.kept)) << "RTS kept the first tokens, as token order does";
+  EXPECT_FALSE(torch::equal(rts.kept, ordered.kept)) << "RTS kept the tokens topk over the 0/1 mask keeps";
   // Slots of the kept tokens are 0..capacity-1, once each.
   const auto slots = std::get<0>(torch::sort(rts.location[0].masked_select(rts.kept[0] & to0)));
   EXPECT_TRUE(torch::equal(slots, torch::arange(rts.capacity)));

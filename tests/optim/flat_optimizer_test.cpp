@@ -163,7 +163,7 @@ TEST(FlatAdam, WithoutBiasCorrectionOneStepByHand) {
   EXPECT_LE(rel_error(p, expected), 1e-6);
 }
 
-TEST(FlatAdam, SetMomentumChangesBeta1) {
+TEST(FlatAdam, SetBetasChangesBothBetas) {
   AdamOptions o;
   o.lr = 0.02;
   o.eps = 1e-3;
@@ -171,9 +171,9 @@ TEST(FlatAdam, SetMomentumChangesBeta1) {
   torch::Tensor ref = torch_param();
   torch::optim::AdamW theirs({ref}, torch::optim::AdamWOptions(o.lr).eps(1e-3).weight_decay(0.0));
   expect_matches_torch(*ours, theirs, ref, o.lr, [&](int k) {
-    const double beta1 = 0.9 - 0.02 * k;  // as OneCycle would, every step
-    ours->set_momentum(beta1);
-    static_cast<torch::optim::AdamWOptions&>(theirs.param_groups()[0].options()).betas({beta1, 0.999});
+    const double beta1 = 0.9 - 0.02 * k;  // as OneCycle would, every step (with beta2 0.99, as DeepSpeed's)
+    ours->set_betas(beta1, 0.99);
+    static_cast<torch::optim::AdamWOptions&>(theirs.param_groups()[0].options()).betas({beta1, 0.99});
   });
 }
 
@@ -204,7 +204,8 @@ TEST(FlatSgd, MatchesTorchSgdInEveryMode) {
   }
 }
 
-TEST(FlatSgd, SetMomentumChangesMomentum) {
+// DeepSpeed's OneCycle writes "betas" into SGD's param groups, which torch's SGD never reads: its momentum stays.
+TEST(FlatSgd, SetBetasLeavesMomentumAlone) {
   SgdOptions o;
   o.lr = 0.05;
   o.momentum = 0.9;
@@ -212,10 +213,7 @@ TEST(FlatSgd, SetMomentumChangesMomentum) {
   torch::Tensor ref = torch_param();
   torch::optim::SGD theirs({ref}, torch::optim::SGDOptions(o.lr).momentum(0.9));
   expect_matches_torch(*ours, theirs, ref, o.lr, [&](int k) {
-    if (k == 5) {
-      ours->set_momentum(0.5);
-      static_cast<torch::optim::SGDOptions&>(theirs.param_groups()[0].options()).momentum(0.5);
-    }
+    if (k == 5) ours->set_betas(0.5, 0.99);
   });
 }
 
@@ -245,15 +243,16 @@ TEST(FlatLion, MatchesTheUpdateRuleWrittenOut) {
   torch::Tensor ref = param.clone();
   torch::Tensor m = torch::zeros({kNumel});
   for (int k = 0; k < kSteps; ++k) {
-    if (k == 5) ours->set_momentum(0.8);
+    if (k == 5) ours->set_betas(0.8, 0.95);
     const double beta1 = k < 5 ? 0.9 : 0.8;
+    const double beta2 = k < 5 ? 0.99 : 0.95;
     const double lr = lr_at(k, o.lr);
     const torch::Tensor g = grad_at(k, kNumel);
     ours->step(param, g, lr);
     // Reference: p *= 1 - lr*wd; p -= lr * sign(b1*m + (1-b1)*g); m = b2*m + (1-b2)*g
     ref = ref * (1.0 - lr * 0.3);
     ref = ref - lr * torch::sign(beta1 * m + (1.0 - beta1) * g);
-    m = 0.99 * m + 0.01 * g;
+    m = beta2 * m + (1.0 - beta2) * g;
     ASSERT_LE(rel_error(param, ref), 1e-6) << "step " << k + 1;
   }
   EXPECT_LE(rel_error(ours->state_tensors()[0].second, m), 1e-6);

@@ -16,15 +16,16 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_ranks(world, script_args, timeout=300):
-    """Starts `world` ranks of `python3 SCRIPT ARGS...` with torchrun's environment on a fresh loopback port; waits
-    for all; fails the test with every rank's output if any rank fails (or the job outlives `timeout`: no hang)."""
+def run_ranks(world, script_args, timeout=300, cwd=HERE, what="a rank failed"):
+    """Starts `world` ranks of `python3 SCRIPT ARGS...` (in `cwd`) with torchrun's environment on a fresh loopback
+    port; waits for all; fails the test with every rank's output if any rank fails (or the job outlives `timeout`:
+    no hang), the message starting with `what`. Returns each rank's output."""
     port = free_port()
     procs = []
     for rank in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank),
                    WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world), OMP_NUM_THREADS="1")
-        procs.append(subprocess.Popen([sys.executable] + script_args, env=env, cwd=HERE, stdout=subprocess.PIPE,
+        procs.append(subprocess.Popen([sys.executable] + script_args, env=env, cwd=cwd, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
     outputs, failed = [], False
     for p in procs:
@@ -38,6 +39,6 @@ def run_ranks(world, script_args, timeout=300):
         outputs.append(out)
         failed = failed or p.returncode != 0
     if failed:
-        pytest.fail("a rank failed:\n" + "\n".join(f"--- rank {r} (exit {p.returncode})\n{o}"
+        pytest.fail(f"{what}:\n" + "\n".join(f"--- rank {r} (exit {p.returncode})\n{o}"
                                                   for r, (p, o) in enumerate(zip(procs, outputs))))
     return outputs

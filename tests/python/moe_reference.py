@@ -1,7 +1,7 @@
 """DeepSpeed's MoE forward as sharded_moe.py writes it — dense (S, E, C) masks and einsums — in plain PyTorch, for the
 tests to hold dscpp.moe.layer.MoE (sparse, routed in C++) against. Fixed rules only: no random token selection, no
-noise, no second-expert sampling; top-1 drops an expert's overflow in token order, as top-2 does (DeepSpeed's top-1
-without RTS picks by torch.topk over equal values, whose order is unspecified)."""
+noise, no second-expert sampling. Top-1 keeps, of an expert's overflow, the tokens torch.topk picks over the 0/1 mask
+(DeepSpeed's op); top-2 keeps the first ones in token order."""
 import math
 
 import torch
@@ -21,11 +21,12 @@ def gate(logits, k, capacity_factor, min_capacity, drop_tokens):
         capacity = _capacity(S, E, capacity_factor, min_capacity)
         exp_counts = mask1.sum(0)
         l_aux = torch.sum(gates.mean(0) * mask1.float().mean(0)) * E
-        locations1 = torch.cumsum(mask1, 0) - 1
         if drop_tokens:
-            mask1 = mask1 * (locations1 < capacity)
+            top_idx = torch.topk(mask1, k=min(capacity, S), dim=0)[1]
+            mask1 = mask1 * torch.zeros_like(mask1).scatter_(0, top_idx, 1)
         else:
             capacity = int(exp_counts.max())
+        locations1 = torch.cumsum(mask1, 0) - 1
         locations1_s = torch.sum(locations1 * mask1, 1)
         gates1 = gates * mask1.float()
         combine = torch.einsum("se,sc->sec", gates1, F.one_hot(locations1_s, capacity).float())

@@ -97,11 +97,13 @@ def test_a_config_scheduler_drives_the_lr():
                                                           "warmup_num_steps": 4, "warmup_type": "linear"}})
     engine, _, _, scheduler = dscpp.initialize(model=make_model("gpt"), config=c)
     lrs = []
-    for _ in range(3):
+    for _ in range(4):
         lrs.append(scheduler.get_lr()[0])
+        assert engine.get_lr() == scheduler.get_lr()
         engine.backward(engine(tokens()))
         engine.step()
-    assert lrs[0] < lrs[1] < lrs[2] <= 1e-3
+    # As DeepSpeed's: warmup_min_lr when built, then one iteration per step (iteration 0 is warmup_min_lr too).
+    assert lrs == pytest.approx([0.0, 0.0, 2.5e-4, 5e-4], abs=1e-15)
 
 
 def test_training_data_gives_a_distributed_sampler_loader():
@@ -380,3 +382,41 @@ def test_import_refuses_another_torch_naming_both_versions(tmp_path):
     assert last == (f"ImportError: dscpp was built against torch {BUILT_AGAINST}, but this environment has torch "
                     f"2.10.0+cpu; install torch=={BUILT_AGAINST.split('+')[0]} (the wheel built for the same CUDA) or "
                     f"rebuild dscpp in this environment (scripts/setup.sh)"), result.stderr
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_empty_partition_cache_between_steps_and_not_inside_one(stage):
+    """DeepSpeed's empty_partition_cache: between steps it gives back what it can (ZeRO-3 here holds no gathered
+    block then) and training goes on the same; between a ZeRO-3 forward and its backward it is refused, saying why."""
+    def run(empty):
+        engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config(
+            zero_optimization={"stage": stage, "stage3_param_persistence_threshold": 0}))
+        losses = []
+        for _ in range(3):
+            loss = engine(tokens())
+            if empty and stage == 3:
+                with pytest.raises(RuntimeError, match="between a forward and its backward"):
+                    engine.empty_partition_cache()
+            engine.backward(loss)
+            engine.step()
+            if empty:
+                engine.empty_partition_cache()
+            losses.append(engine.last_step()["loss"])
+        with torch.no_grad():
+            engine.eval()
+            engine(tokens())  # a forward without backward gathers and releases: nothing waits
+            engine.train()
+        engine.empty_partition_cache()
+        return losses
+    assert run(True) == run(False)
+
+
+def test_steps_per_print_infinity_means_never_and_other_non_finite_numbers_are_refused():
+    """Hugging Face Accelerate's DeepSpeedPlugin sets steps_per_print = float("inf"); DeepSpeed takes it as "never"."""
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config(steps_per_print=float("inf")))
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert engine.global_steps == 1
+    with pytest.raises(ValueError, match=r"config optimizer.params.lr = nan: a DeepSpeed config number must be finite"):
+        dscpp.initialize(model=make_model("gpt"), config=config(optimizer={"type": "AdamW",
+                                                                            "params": {"lr": float("nan")}}))

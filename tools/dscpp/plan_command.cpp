@@ -41,8 +41,7 @@ std::string human_bytes(int64_t bytes) {
 }
 
 ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
-  ConfigOptions options;
-  options.world_size = args.world_size;
+  ConfigOptions options;  // world_size (the data-parallel size) is set once the layout is known
   options.warn = [&err](const std::string& message) { err << "warning: " << message << "\n"; };
   for (const auto& set : args.sets) {
     const size_t eq = set.find('=');
@@ -57,6 +56,18 @@ ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
   // The same rule gpt-train runs, so plan's verdict and resolved config are the run's.
   options.auto_values = gpt::auto_values(args.autos, args.steps, args.hidden_size);
   return options;
+}
+
+// tensor_parallel.autotp_size or pipeline.stages as the config file and --set give it (1 when absent or "auto"), read
+// before the parse: the batch triangle's third side is the data-parallel size, world / (pipeline × tensor), as
+// gpt-train and DeepSpeed divide it, so the parse needs them first. The parse checks the values themselves.
+int layout_axis(const nlohmann::json& doc, const ConfigOptions& options, const std::string& section,
+                const std::string& key) {
+  nlohmann::json value = 1;
+  if (doc.is_object() && doc.contains(section) && doc[section].is_object()) value = doc[section].value(key, value);
+  const auto set = options.overrides.find(section + "." + key);
+  if (set != options.overrides.end()) value = set->second;
+  return value.is_number_integer() ? std::max(1, value.get<int>()) : 1;
 }
 
 ModelStateBytes& operator+=(ModelStateBytes& a, const ModelStateBytes& b) {
@@ -124,9 +135,9 @@ void write_schedule_csv(const Config& config, const PlanArgs& args) {
   std::ofstream csv(args.schedule_csv);
   if (!csv) throw std::invalid_argument("--schedule_csv '" + args.schedule_csv + "': cannot open for writing");
   csv << "step,lr,loss_scale\n" << std::setprecision(12);
-  // Optimizer step k uses the lr after k-1 completed steps.
+  // Optimizer step k runs at the schedule's iteration k - 2: the first at the value set when built (-1).
   for (int64_t step = 1; step <= args.steps; ++step) {
-    csv << step << "," << schedule->lr_at(step - 1) << "," << loss_scale << "\n";
+    csv << step << "," << schedule->lr_at(step - 2) << "," << loss_scale << "\n";
   }
   if (!csv) throw std::invalid_argument("--schedule_csv '" + args.schedule_csv + "': write failed");
 }
@@ -136,7 +147,10 @@ void write_schedule_csv(const Config& config, const PlanArgs& args) {
 CLI::App* add_plan_command(CLI::App& app, PlanArgs& args) {
   CLI::App* plan = app.add_subcommand("plan", "Dry run: validate a DeepSpeed config and show what a run would do");
   plan->add_option("config", args.config_path, "DeepSpeed JSON config")->required();
-  plan->add_option("--world_size", args.world_size, "data-parallel ranks (default 1)")->check(CLI::PositiveNumber);
+  plan->add_option("--world_size", args.world_size,
+                   "ranks in the job, as launched (default 1); the data-parallel size is this / (pipeline.stages x "
+                   "tensor_parallel.autotp_size)")
+      ->check(CLI::PositiveNumber);
   auto* params =
       plan->add_option("--params", args.params, "model parameters for the memory table, e.g. 124M, 1.5B, 1.5e9");
   plan->add_option("--model", args.model,
@@ -212,7 +226,15 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   }
   // Without a model, "auto" bucket sizes are filled from gpt-train's default model, as a gpt-train run would.
   if (!args.hidden_size) args.hidden_size = preset_model(gpt::GptConfig::kDefaultPreset).n_embd;
-  const Config config = Config::from_file(args.config_path, make_options(args, err));
+  ConfigOptions options = make_options(args, err);
+  std::ifstream file(args.config_path);
+  const auto raw = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);  // the parse reports bad JSON
+  // The grid gpt-train forms from the same world: refused, with its words, where the layout does not divide it.
+  const ProcessTopology grid(args.world_size, layout_axis(raw, options, "pipeline", "stages"),
+                             layout_axis(raw, options, "tensor_parallel", "autotp_size"));
+  const int dp = grid.data();
+  options.world_size = dp;
+  const Config config = Config::from_file(args.config_path, options);
   const int tp = config.tensor_parallel_size, pp = config.pipeline.stages;
   out << config.resolved.dump(2) << "\n";
   const auto unchecked = machine_dependent_checks(config);
@@ -222,13 +244,13 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   }
   const BatchConfig& b = config.batch;
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
-      << " x gradient_accumulation_steps " << b.grad_accum << " x world_size " << args.world_size
-      << (tp > 1 || pp > 1 ? " (data parallel)" : "") << "\n";
+      << " x gradient_accumulation_steps " << b.grad_accum << " x data-parallel size " << dp;
+  if (tp > 1 || pp > 1) out << " (world_size " << args.world_size << " / (pipeline " << pp << " x tensor " << tp << "))";
+  out << "\n";
   if (tp > 1 || pp > 1) {
     // The grid the run forms: each model sliced over `tp` adjacent ranks, its layers over `pp` stages, ZeRO over
     // the data-parallel ranks.
-    const ProcessTopology grid(args.world_size * tp * pp, pp, tp);
-    out << "\ngrid: " << grid.world_size() << " ranks = pipeline " << pp << " x data parallel " << args.world_size
+    out << "\ngrid: " << grid.world_size() << " ranks = pipeline " << pp << " x data parallel " << dp
         << " x tensor parallel " << tp << " (launch " << grid.world_size()
         << " processes; model fastest, then data, then pipe, as DeepSpeed)\n"
         << grid.describe();
@@ -252,8 +274,8 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
       throw std::invalid_argument("--moe_experts " + std::to_string(args.moe_experts) +
                                   " is not divisible by --ep_size " + std::to_string(ep));
     }
-    const auto groups = moe::expert_parallel_ranks(args.world_size, ep);  // checks ep divides the world
-    const auto data_groups = moe::expert_data_parallel_ranks(args.world_size, ep);
+    const auto groups = moe::expert_parallel_ranks(dp, ep);  // checks ep divides the world
+    const auto data_groups = moe::expert_data_parallel_ranks(dp, ep);
     auto list = [](const std::vector<std::vector<int>>& sets) {
       std::string text;
       for (const auto& set : sets) {
@@ -295,7 +317,7 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
       out << "\ntensor parallel " << tp << ": " << per_rank << " params per rank"
           << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";
     }
-    print_memory_table(config, per_rank, args.world_size, out, expert_params, ep);
+    print_memory_table(config, per_rank, dp, out, expert_params, ep);
   }
   if (!args.schedule_csv.empty()) {
     write_schedule_csv(config, args);

@@ -15,7 +15,7 @@ namespace dscpp {
 
 struct PlanArgs {
   std::string config_path;
-  int world_size = 1;
+  int world_size = 1;  // ranks in the job; the data-parallel size is this / (pipeline stages x tensor-parallel size)
   std::string params;                    // "" = no memory table; else e.g. 124M, 1.5B, 1.5e9
   std::string model;                     // or one of gpt-train's presets (tiny … gpt2-xl): its parameter count
   std::vector<std::string> sets;         // "key=value", value parsed as JSON when it is JSON

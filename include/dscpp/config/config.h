@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -55,6 +56,8 @@ struct ZeroConfig {
   int64_t sub_group_size = 1'000'000'000;
   int64_t stage3_prefetch_bucket_size = 50'000'000;
   int64_t stage3_param_persistence_threshold = 100'000;
+  // The most elements all persistent parameters may hold together (zero/persistence.h); unbounded by default.
+  int64_t stage3_model_persistence_threshold = std::numeric_limits<int64_t>::max();
   int64_t stage3_max_live_parameters = 1'000'000'000;
   int64_t stage3_max_reuse_distance = 1'000'000'000;
   bool stage3_gather_16bit_weights_on_model_save = false;

@@ -112,7 +112,7 @@ struct InitOptions {
 struct StepReport {
   int64_t step = 0;           // optimizer boundaries so far (skipped ones included, as DeepSpeed's global_steps)
   double loss = 0.0;          // mean loss over the global batch (all ranks, all micro-steps)
-  double lr = 0.0;            // the lr this step used
+  double lr = 0.0;            // the lr the next step will use (DeepSpeed's get_lr() after this step)
   double loss_scale = 1.0;    // the scale this step's backward used
   double grad_norm = 0.0;     // global L2 norm of the unscaled gradients, before clipping
   bool skipped = false;       // overflow: parameters, optimizer state and schedule untouched

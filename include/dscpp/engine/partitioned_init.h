@@ -33,7 +33,7 @@ namespace dscpp {
 
 class PartitionedInit {
  public:
-  // Reads the compute dtype and zero_optimization.stage3_param_persistence_threshold from `config`, whose
+  // Reads the compute dtype and zero_optimization's persistence thresholds (param and model) from `config`, whose
   // zero_optimization.stage must be 3 (ConfigError otherwise). Joins the job from the torchrun-style environment
   // unless `comm` is given; dscpp::initialize then uses the same comm. Shards are kept on `device`.
   explicit PartitionedInit(const Config& config, std::shared_ptr<Comm> comm = nullptr,
@@ -59,7 +59,7 @@ class PartitionedInit {
  private:
   std::shared_ptr<Comm> comm_;
   torch::TensorOptions options_;
-  int64_t persistence_threshold_;
+  PersistenceRule persistent_;  // one rule across the units, in the order they are built
   std::vector<PrepartitionedUnit> units_;
   std::unordered_set<const c10::TensorImpl*> taken_;
   bool handed_over_ = false;

@@ -6,8 +6,9 @@
 //              number of tokens any expert was sent (the largest over the expert-parallel group, so every rank's
 //              all-to-all chunks agree; top-1 at most S).
 //   top-1      each token's expert is argmax(gates) (RSample: argmax(logits + Gumbel noise)). Over capacity, an expert
-//              keeps the tokens with the largest uniform draw (use_rts, Random Token Selection) or, without it, the
-//              first ones in token order. Weight: the token's gate value for its expert.
+//              keeps the `capacity` tokens torch.topk picks down its column of the one-hot mask: times a uniform draw
+//              with use_rts (Random Token Selection: the largest draws), the 0/1 mask itself without (topk's choice
+//              among equals). Weight: the token's gate value for its expert.
 //   top-2      the first expert as top-1; the second is argmax of the logits without the first (with Gumbel noise
 //              added when top2_2nd_expert_sampling). Slots are given in token order, every first choice before any
 //              second choice; choices past the capacity are dropped. Weights: the two gate values, divided by their
@@ -15,8 +16,8 @@
 //   l_aux      E · Σ_e mean_s(gates)_e · mean_s(first-choice mask)_e, before any token is dropped (DeepSpeed's top-2
 //              writes it as the mean over experts times E²: the same value).
 //   exp_counts tokens sent to each expert (both choices) before capacity dropped any.
-// DeepSpeed drops top-1's overflow without RTS by torch.topk over equal values, whose order is unspecified; here it
-// is token order, as top-2's is in both.
+// Top-1's topk is DeepSpeed's own op on the same tensor, so the same torch keeps the same tokens
+// (tests/conformance/test_moe.py holds it against DeepSpeed).
 #pragma once
 
 #include <torch/torch.h>

@@ -73,6 +73,7 @@ class AsyncIo {
   };
   Ticket enqueue(Transfer transfer);
   void run(Kernel& kernel);
+  void stop_threads();  // tells the I/O threads to stop and joins the ones started
 
   AioConfig config_;
   std::vector<std::unique_ptr<Kernel>> kernels_;  // one per I/O thread

@@ -80,9 +80,9 @@ class FlatOptimizer {
     for (const auto& t : state) t.zero_();
   }
 
-  // Sets beta1 (Adam, Lion) or momentum (SGD) for schedules that cycle momentum (OneCycle). No-op where
-  // the optimizer has none.
-  virtual void set_momentum(double momentum) { (void)momentum; }
+  // Sets the betas (Adam, Lion) for schedules that cycle momentum (OneCycle). A no-op where the optimizer has none,
+  // SGD included: DeepSpeed's OneCycle writes a param group's "betas", which torch's SGD does not read.
+  virtual void set_betas(double beta1, double beta2) { (void)beta1, (void)beta2; }
 
   // Named state buffers, each a 1-D tensor the size of the partition ("exp_avg", "exp_avg_sq", ...).
   // Returned tensors alias the optimizer's storage: loading a checkpoint copies into them.

@@ -40,8 +40,8 @@ ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size,
 struct ZeroEstimateSetup {
   int64_t total_params = 0;          // Ψ, > 0
   int64_t largest_layer_params = 0;  // L, ZeRO-3 only: the largest module's own params; 0 <= L <= Ψ
-  // P, ZeRO-3 only: params below stage3_param_persistence_threshold (biases, norms), which every GPU keeps whole in
-  // 16 bits, 2P bytes on top of DeepSpeed's table (its estimator leaves them out); 0 <= P <= Ψ.
+  // P, ZeRO-3 only: params of at most stage3_param_persistence_threshold elements (biases, norms), which every GPU
+  // keeps whole in 16 bits, 2P bytes on top of DeepSpeed's table (its estimator leaves them out); 0 <= P <= Ψ.
   int64_t persistent_params = 0;
   int num_gpus_per_node = 1;         // DeepSpeed's default 1
   int num_nodes = 1;                 // DeepSpeed's default 1

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/zero/persistence.h"
 
 namespace dscpp {
 
@@ -33,15 +34,16 @@ struct PrepartitionedUnit {
 
 // Every rank calls it for the same units in the same order: each unit's values are rank 0's (one broadcast), as
 // when a whole model is partitioned at initialize. `options` give the dtype and device of the buffer and shard
-// (the compute dtype). `taken` holds the parameters earlier units took (a parameter two units share belongs to
-// the first) and is updated. `candidates` are the unit's parameters, named; the frozen and the small (below
-// `persistence_threshold` elements) are left whole. Returns a unit with no parameters when none qualified.
+// (the compute dtype). `taken` holds the parameters earlier units decided on (a parameter two units share belongs to
+// the first) and is updated. `candidates` are the unit's parameters, named; the frozen and those `persistent` admits
+// (zero/persistence.h: the rule Stage 3 applies at initialize, carried from unit to unit) are left whole. Returns a
+// unit with no parameters when none qualified.
 PrepartitionedUnit partition_unit(const std::vector<std::pair<std::string, torch::Tensor>>& candidates, Comm& comm,
-                                  const torch::TensorOptions& options, int64_t persistence_threshold,
+                                  const torch::TensorOptions& options, PersistenceRule& persistent,
                                   std::unordered_set<const c10::TensorImpl*>& taken);
 // A LibTorch module's parameters (recursively) as one unit.
 PrepartitionedUnit partition_unit(std::shared_ptr<torch::nn::Module> unit, Comm& comm,
-                                  const torch::TensorOptions& options, int64_t persistence_threshold,
+                                  const torch::TensorOptions& options, PersistenceRule& persistent,
                                   std::unordered_set<const c10::TensorImpl*>& taken);
 
 // Collective (every rank, same units, same order). Makes the parameters whole: every rank's shard is gathered into

@@ -193,7 +193,8 @@ struct PartitionedModel {
 // Stage 3: the 16-bit parameters sharded too. Each rank keeps 1/N of every group; a unit's group is gathered
 // for its forward, again for its backward, and released after each; gradients are reduce-scattered as each
 // group's backward finishes. Every rank starts from rank 0's values. Reads the stage3_* settings of `zero`
-// (elements): prefetch_bucket_size, param_persistence_threshold, max_live_parameters, max_reuse_distance.
+// (elements): prefetch_bucket_size, param_persistence_threshold and model_persistence_threshold (zero/persistence.h),
+// max_live_parameters, max_reuse_distance.
 // A prepartitioned unit whose parameters are the group the stage forms for them is adopted as it is; one regrouped
 // since (another persistence threshold, other units) is gathered whole while its parameters' new group is built.
 std::unique_ptr<ZeroStage> make_stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero);

@@ -1,0 +1,22 @@
+"""ZeRO stages 0–3 on one and two processes, with and without gradient accumulation, step for step as real
+DeepSpeed: the same script (train_script.py), config and data under both; fp32, AdamW (torch's, "torch_adam": true —
+see test_schedules.py), gradient clipping on, a warmup schedule so the lr moves."""
+import pytest
+
+from conftest import assert_same_steps, run_script, write_config
+
+STEPS = 8
+
+
+@pytest.mark.parametrize("world,gas", [(1, 2), (2, 1), (2, 2)],
+                         ids=["one_process_gas2", "two_processes_gas1", "two_processes_gas2"])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3], ids=lambda s: f"stage{s}")
+def test_zero_stage_steps_as_deepspeeds(tmp_path, stage, world, gas):
+    config = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": gas, "steps_per_print": 1000,
+              "gradient_clipping": 1.0,
+              "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2, "weight_decay": 0.01, "torch_adam": True}},
+              "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 1e-3, "warmup_max_lr": 1e-2,
+                                                           "warmup_num_steps": 4}}}
+    args = ["train_script.py", "--config", write_config(tmp_path, config), "--steps", str(STEPS)]
+    assert_same_steps(run_script("dscpp", args, world=world), run_script("deepspeed", args, world=world), STEPS)

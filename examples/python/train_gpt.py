@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Train gpt-train's GPT from Python the way a DeepSpeed script does — `import dscpp as deepspeed` is the only change.
 
-    PYTHONPATH=build/python .venv/bin/python examples/python/train_gpt.py --model tiny --steps 50
-    build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --deepspeed_config ds.json --save_dir ckpt
-    build/dscpp launch --num_gpus 2 examples/python/train_gpt.py --moe_experts 4 --moe_top_k 2 --ep_size 2
+    python examples/python/train_gpt.py --model tiny --steps 50        # with the package installed (pip install .)
+    dscpp launch --num_gpus 2 examples/python/train_gpt.py --deepspeed_config ds.json --save_dir ckpt
+    dscpp launch --num_gpus 2 examples/python/train_gpt.py --moe_experts 4 --moe_top_k 2 --ep_size 2
+(From README command 1's build without installing: PYTHONPATH=build/python, and build/dscpp for dscpp.)
 
 The model and data are gpt-train's (examples/python/gpt.py): the same weights from the same seed and the same rows
 per rank, so the losses are gpt-train's and checkpoints move between the two in either direction.

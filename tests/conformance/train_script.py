@@ -14,6 +14,7 @@ test compares the two runs line by line.
 import argparse
 import json
 import os
+import sys
 
 import torch
 
@@ -128,3 +129,11 @@ for step in range(first, first + args.steps):
     print(json.dumps(record), flush=True)
     if args.save_dir and step + 1 == args.save_at:
         engine.save_checkpoint(args.save_dir, client_state={"step": step + 1})
+
+if args.impl == "deepspeed":
+    # Real DeepSpeed's process sometimes aborts at interpreter exit on CPU, after everything above finished:
+    # "terminate called without an active exception" (SIGABRT; once in ~120 of its processes here, under load). Its
+    # records are complete by then, so the reference leaves without the interpreter's teardown. Our engine's process
+    # exits normally, so an abort of ours at exit still fails the test.
+    sys.stdout.flush()
+    os._exit(0)

@@ -8,6 +8,7 @@ One training step, as a script sees it and where it runs:
 The module's parameters are the engine's: it re-points their data (casts, flat views, shards) in place, so the
 module and the engine never hold two copies.
 """
+import gc
 import json
 import os
 import re
@@ -135,7 +136,7 @@ class DeepSpeedEngine:
     def _show_schedule_lrs(self):
         """Under a config "scheduler" with a client optimizer, the schedule's lrs in the client's param_groups, where
         DeepSpeed's scheduler writes them (scripts read optimizer.param_groups[0]["lr"]); the engine steps with them."""
-        if self.optimizer is None or isinstance(self.optimizer, OptimizerView) or not self._config.get("scheduler"):
+        if isinstance(self.optimizer, OptimizerView) or not self._config.get("scheduler"):
             return
         lrs = self.get_lr()
         for i, group in enumerate(self.optimizer.param_groups):
@@ -180,7 +181,6 @@ class DeepSpeedEngine:
         if self._gathered_for_backward:
             raise RuntimeError("engine.empty_partition_cache: called between a forward and its backward, whose "
                                "gathered parameters the backward needs; call it between steps")
-        import gc
         gc.collect()
         if torch.cuda.is_available():
             torch.cuda.empty_cache()

@@ -130,10 +130,10 @@ for step in range(first, first + args.steps):
     if args.save_dir and step + 1 == args.save_at:
         engine.save_checkpoint(args.save_dir, client_state={"step": step + 1})
 
-if args.impl == "deepspeed":
+if args.impl == "deepspeed" and not os.environ.get("DS_KEEP_EXIT"):  # exit_under_load.sh measures that exit
     # Real DeepSpeed's process sometimes aborts at interpreter exit on CPU, after everything above finished:
-    # "terminate called without an active exception" (SIGABRT; once in ~120 of its processes here, under load). Its
-    # records are complete by then, so the reference leaves without the interpreter's teardown. Our engine's process
-    # exits normally, so an abort of ours at exit still fails the test.
+    # "terminate called without an active exception" (SIGABRT; once in ~120 of its processes in the suites here, under
+    # load; 1 in 60 by exit_under_load.sh, where ours had 0). Its records are complete by then, so the reference
+    # leaves without the interpreter's teardown. Our engine's process exits normally: an abort of ours fails the test.
     sys.stdout.flush()
     os._exit(0)

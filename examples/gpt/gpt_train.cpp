@@ -188,19 +188,17 @@ dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
                                     : dscpp::Config::from_file(a.deepspeed_config, options);
 }
 
-// A layout size: the flag, else the config file's `section.key` (read ahead of the parse, which needs the
-// data-parallel size this decides). A flag that contradicts the file is an error.
-int layout_size(const Args& a, const std::optional<int>& flag, const char* flag_name, const char* section,
-                const char* key) {
-  int from_file = 1;
-  if (!a.deepspeed_config.empty()) {
-    std::ifstream in(a.deepspeed_config);
-    const auto json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (json.is_object() && json.contains(section) && json[section].is_object()) {
-      const auto& size = json[section].value(key, nlohmann::json(1));
-      if (size.is_number_integer()) from_file = std::max(1, size.get<int>());
-    }
-  }
+// The config file's model-parallel sizes (dscpp::read_parallel_layout), read ahead of the parse, which needs the
+// data-parallel size they decide; a file that does not parse gives 1s here and its error at the parse.
+dscpp::ParallelLayout file_layout(const Args& a) {
+  if (a.deepspeed_config.empty()) return {};
+  std::ifstream in(a.deepspeed_config);
+  return dscpp::read_parallel_layout(nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false));
+}
+
+// A layout size: the flag, else the file's `section.key` (`from_file`). A flag that contradicts the file is an error.
+int layout_size(const Args& a, const std::optional<int>& flag, int from_file, const char* flag_name,
+                const char* section, const char* key) {
   if (flag && from_file > 1 && *flag != from_file) {
     throw std::invalid_argument(std::string(flag_name) + " " + std::to_string(*flag) + " contradicts " +
                                 a.deepspeed_config + "'s " + section + "." + key + " " + std::to_string(from_file));
@@ -344,8 +342,10 @@ int run(const Args& a) {
   // The rank grid: tensor-parallel groups of adjacent ranks, then data parallelism, then pipeline stages (DeepSpeed's
   // order). The engine's comm is the data-parallel group; every rank of a model-parallel group and of a pipeline
   // reads the same rows (the first stage their inputs, the last their targets).
-  const int tp = layout_size(a, a.tensor_parallel, "--tensor_parallel", "tensor_parallel", "autotp_size");
-  const int pp = layout_size(a, a.pipeline_parallel, "--pipeline_parallel", "pipeline", "stages");
+  const dscpp::ParallelLayout from_file = file_layout(a);
+  const int tp = layout_size(a, a.tensor_parallel, from_file.tensor, "--tensor_parallel", "tensor_parallel",
+                             "autotp_size");
+  const int pp = layout_size(a, a.pipeline_parallel, from_file.pipeline, "--pipeline_parallel", "pipeline", "stages");
   const dscpp::ProcessTopology topology(world, pp, tp);
   if (tp > 1 || pp > 1) {
     const std::string layout = tp > 1 ? "tensor parallelism (" + std::to_string(tp) + " ranks per model)"

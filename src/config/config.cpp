@@ -213,4 +213,17 @@ Config Config::from_file(const std::string& path, const ConfigOptions& options) 
   }
 }
 
+ParallelLayout read_parallel_layout(const nlohmann::json& config,
+                                    const std::map<std::string, nlohmann::json>& overrides) {
+  auto size = [&](const std::string& section, const std::string& key) {
+    nlohmann::json value = 1;
+    if (config.is_object() && config.contains(section) && config[section].is_object()) {
+      value = config[section].value(key, value);
+    }
+    if (const auto set = overrides.find(section + "." + key); set != overrides.end()) value = set->second;
+    return value.is_number_integer() ? std::max(1, value.get<int>()) : 1;
+  };
+  return {size("tensor_parallel", "autotp_size"), size("pipeline", "stages")};
+}
+
 }  // namespace dscpp

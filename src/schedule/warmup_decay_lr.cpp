@@ -12,7 +12,7 @@ class WarmupDecayLR final : public LRSchedule {
  public:
   explicit WarmupDecayLR(const WarmupDecayLROptions& options)
       : min_lr_(options.warmup.warmup_min_lr),
-        delta_lr_(options.warmup.warmup_max_lr.value_or(1e-3) - options.warmup.warmup_min_lr),
+        delta_lr_(*options.warmup.warmup_max_lr - options.warmup.warmup_min_lr),
         warmup_steps_(effective_warmup_steps(options.warmup.warmup_num_steps)),
         total_steps_(options.total_num_steps),
         type_(options.warmup.warmup_type) {}
@@ -41,6 +41,11 @@ class WarmupDecayLR final : public LRSchedule {
 }  // namespace
 
 std::unique_ptr<LRSchedule> make_warmup_decay_lr(const WarmupDecayLROptions& options) {
+  // One place for DeepSpeed's default (1e-3): the config parser, which also writes it into the resolved config.
+  if (!options.warmup.warmup_max_lr) {
+    throw std::invalid_argument("scheduler.params.warmup_max_lr is required by WarmupDecayLR (the config's parser "
+                                "fills DeepSpeed's default, 1e-3)");
+  }
   validate_warmup(options.warmup);
   require(options.total_num_steps >= 1, "total_num_steps", "is required by WarmupDecayLR and must be >= 1",
           options.total_num_steps);

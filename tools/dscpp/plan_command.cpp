@@ -58,18 +58,6 @@ ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
   return options;
 }
 
-// tensor_parallel.autotp_size or pipeline.stages as the config file and --set give it (1 when absent or "auto"), read
-// before the parse: the batch triangle's third side is the data-parallel size, world / (pipeline × tensor), as
-// gpt-train and DeepSpeed divide it, so the parse needs them first. The parse checks the values themselves.
-int layout_axis(const nlohmann::json& doc, const ConfigOptions& options, const std::string& section,
-                const std::string& key) {
-  nlohmann::json value = 1;
-  if (doc.is_object() && doc.contains(section) && doc[section].is_object()) value = doc[section].value(key, value);
-  const auto set = options.overrides.find(section + "." + key);
-  if (set != options.overrides.end()) value = set->second;
-  return value.is_number_integer() ? std::max(1, value.get<int>()) : 1;
-}
-
 ModelStateBytes& operator+=(ModelStateBytes& a, const ModelStateBytes& b) {
   a.params += b.params, a.grads += b.grads, a.master32 += b.master32, a.optimizer_state += b.optimizer_state;
   a.device += b.device, a.host += b.host, a.nvme += b.nvme, a.total += b.total;
@@ -230,8 +218,8 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   std::ifstream file(args.config_path);
   const auto raw = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);  // the parse reports bad JSON
   // The grid gpt-train forms from the same world: refused, with its words, where the layout does not divide it.
-  const ProcessTopology grid(args.world_size, layout_axis(raw, options, "pipeline", "stages"),
-                             layout_axis(raw, options, "tensor_parallel", "autotp_size"));
+  const ParallelLayout layout = read_parallel_layout(raw, options.overrides);
+  const ProcessTopology grid(args.world_size, layout.pipeline, layout.tensor);
   const int dp = grid.data();
   options.world_size = dp;
   const Config config = Config::from_file(args.config_path, options);

@@ -166,7 +166,7 @@ struct ConfigOptions {
 
 struct Config {
   BatchConfig batch;                    // train_batch_size = micro × grad_accum × world_size, resolved
-  double gradient_clipping = 0.0;       // 0 = off
+  double gradient_clipping = 1.0;       // 0 = off; 1.0 is DeepSpeed 0.19.8's default
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   bool memory_breakdown = false;
@@ -201,5 +201,15 @@ struct Config {
   // Errors name the file as well as the key.
   static Config from_file(const std::string& path, const ConfigOptions& options = {});
 };
+
+// The model-parallel sizes a config asks for, read ahead of the parse, which needs the data-parallel size they leave
+// (world / (tensor x pipeline): the batch triangle's third side): tensor_parallel.autotp_size and pipeline.stages,
+// with `overrides` (--set) applied; 1 where absent or not a whole number ("auto" stages). The parse checks them.
+struct ParallelLayout {
+  int tensor = 1;
+  int pipeline = 1;
+};
+ParallelLayout read_parallel_layout(const nlohmann::json& config,
+                                    const std::map<std::string, nlohmann::json>& overrides = {});
 
 }  // namespace dscpp

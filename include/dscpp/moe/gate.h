@@ -17,7 +17,7 @@
 //              writes it as the mean over experts times E²: the same value).
 //   exp_counts tokens sent to each expert (both choices) before capacity dropped any.
 // Top-1's topk is DeepSpeed's own op on the same tensor, so the same torch keeps the same tokens
-// (tests/conformance/test_moe.py holds it against DeepSpeed).
+// (tests/conformance/test_training.py holds it against DeepSpeed).
 #pragma once
 
 #include <torch/torch.h>

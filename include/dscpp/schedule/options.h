@@ -13,7 +13,8 @@ enum class WarmupType { kLog, kLinear };
 
 struct WarmupLROptions {
   double warmup_min_lr = 0.0;
-  // Unset: WarmupLR warms up to the optimizer's lr (DeepSpeed's None); WarmupDecayLR's parser fills its 1e-3.
+  // Unset: WarmupLR warms up to the optimizer's lr (DeepSpeed's None). WarmupDecayLR requires it (its parser fills
+  // DeepSpeed's 1e-3).
   std::optional<double> warmup_max_lr;
   int64_t warmup_num_steps = 1000;   // DeepSpeed clamps to >= 2 so that log(N) > 0
   WarmupType warmup_type = WarmupType::kLog;

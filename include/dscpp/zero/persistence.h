@@ -23,8 +23,6 @@ class PersistenceRule {
     return true;
   }
 
-  int64_t persisted() const { return persisted_; }
-
  private:
   int64_t param_threshold_;
   int64_t model_threshold_;

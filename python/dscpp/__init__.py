@@ -25,7 +25,7 @@ from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine
 from .initialize import initialize
-from . import checkpointing, comm, moe, ops, utils, zero  # noqa: F401  (dscpp.comm.get_rank, dscpp.moe.layer.MoE, …)
+from . import checkpoint, checkpointing, comm, moe, ops, runtime, utils, zero  # noqa: F401  (dscpp.comm.get_rank, dscpp.moe.layer.MoE, …)
 
 __version__ = "0.1.0"
 

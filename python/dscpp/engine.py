@@ -40,6 +40,9 @@ class DeepSpeedEngine:
         self._config = json.loads(engine.config_json)
         self._grouped = bool(param_groups)
         self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self, param_groups)
+        # The client's scheduler, which this wrapper steps and checkpoints; `lr_scheduler` is what DeepSpeed's
+        # engine shows: that one, or initialize's view of the config's schedule (which the C++ engine steps and saves).
+        self._client_scheduler = client_scheduler
         self.lr_scheduler = client_scheduler
         # A client optimizer's lrs — set by a client scheduler after each applied step, or by the script — are the
         # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
@@ -117,11 +120,11 @@ class DeepSpeedEngine:
         applied = self._engine.step()  # false off the boundary, and for a step skipped on overflow
         if boundary:
             self._show_schedule_lrs()
-        if self.lr_scheduler is not None and boundary and applied:
+        if self._client_scheduler is not None and boundary and applied:
             with warnings.catch_warnings():
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
-                self.lr_scheduler.step()
+                self._client_scheduler.step()
 
     def _follow_client_lrs(self):
         """The client optimizer's lr of each group, for the engine's next optimizer step (called before each)."""
@@ -226,6 +229,33 @@ class DeepSpeedEngine:
         """The resolved config (every default filled), as a dict."""
         return self._config
 
+    # ---- as the module --------------------------------------------------------------------------------------------
+    # DeepSpeed's engine is an nn.Module holding the model as `module`: its parameters are the model's (named with a
+    # "module." prefix), and an attribute it lacks is the model's.
+
+    def parameters(self, recurse=True):
+        return self.module.parameters(recurse)
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        return self.module.named_parameters(prefix + ("." if prefix else "") + "module", recurse, remove_duplicate)
+
+    def buffers(self, recurse=True):
+        return self.module.buffers(recurse)
+
+    def named_buffers(self, prefix="", recurse=True, remove_duplicate=True):
+        return self.module.named_buffers(prefix + ("." if prefix else "") + "module", recurse, remove_duplicate)
+
+    def __getattr__(self, name):
+        # Only for names this class does not have; `module` itself may not be set yet while __init__ runs.
+        module = self.__dict__.get("module")
+        if module is None or name.startswith("__"):
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}' (nor has its module, "
+                                 f"{type(module).__name__})") from None
+
     # ---- checkpoints ----------------------------------------------------------------------------------------------
 
     def save_checkpoint(self, save_dir, tag=None, client_state={}, save_latest=True, exclude_frozen_parameters=False):
@@ -233,10 +263,10 @@ class DeepSpeedEngine:
         save_dir/latest. Besides the trained state it holds the module's buffers (BatchNorm's running statistics) and
         frozen parameters, rank 0's, unless exclude_frozen_parameters. `client_state` must be JSON (no pickles:
         nothing in a checkpoint runs code on load). Returns True."""
-        if self.lr_scheduler is not None:  # the client scheduler's state travels in the client state
+        if self._client_scheduler is not None:  # the client scheduler's state travels in the client state
             if not isinstance(client_state, dict):
                 raise TypeError("save_checkpoint: with a client lr_scheduler, client_state must be a dict")
-            client_state = dict(client_state, **{_SCHEDULER_KEY: self.lr_scheduler.state_dict()})
+            client_state = dict(client_state, **{_SCHEDULER_KEY: self._client_scheduler.state_dict()})
         try:
             state = json.dumps(client_state if client_state is not None else None)
         except TypeError as e:
@@ -272,9 +302,9 @@ class DeepSpeedEngine:
         client_state = json.loads(client_state)
         if isinstance(client_state, dict) and _SCHEDULER_KEY in client_state:
             scheduler_state = client_state.pop(_SCHEDULER_KEY)
-            if self.lr_scheduler is not None and load_lr_scheduler_states and not load_module_only:
-                self.lr_scheduler.load_state_dict(scheduler_state)
-                for group, lr in zip(self.optimizer.param_groups, self.lr_scheduler.get_last_lr()):
+            if self._client_scheduler is not None and load_lr_scheduler_states and not load_module_only:
+                self._client_scheduler.load_state_dict(scheduler_state)
+                for group, lr in zip(self.optimizer.param_groups, self._client_scheduler.get_last_lr()):
                     group["lr"] = lr  # the engine takes them at the next optimizer step
         return path, client_state
 

@@ -13,9 +13,13 @@ from .comm import engine_comm_arguments, init_distributed
 from .config import load_json, resolve_config
 from .engine import DeepSpeedEngine
 from .moe.parallelism import expert_parallelism
-from .optimizer_view import SchedulerView
+from .runtime import lr_schedules
 from .zero import hooks as zero_hooks
 from .zero import init as zero_init
+
+# The lr a config optimizer section without "lr" gets (DeepSpeed's Adam, AdamW and Lamb default); only for the
+# attributes of the scheduler initialize returns, which the engine's schedule does not read.
+_DEFAULT_LR = 1e-3
 
 
 def _flatten_parameters(model_parameters):
@@ -208,5 +212,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                               param_groups=[params for params, _, _ in groups], param_names=names)
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
-        scheduler = SchedulerView(wrapper)
+        optimizer_lr = resolved.get("optimizer", {}).get("params", {}).get("lr", _DEFAULT_LR)
+        scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], optimizer_lr)
+        wrapper.lr_scheduler = scheduler
     return wrapper, wrapper.optimizer, loader, scheduler

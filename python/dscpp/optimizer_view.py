@@ -22,18 +22,3 @@ class OptimizerView:
     def state_dict(self):
         raise RuntimeError("the engine's optimizer state is saved by engine.save_checkpoint, not state_dict()")
 
-
-class SchedulerView:
-    """What initialize returns as the lr_scheduler when the config has a "scheduler" section: the engine advances the
-    schedule inside engine.step(), so step() here does nothing and get_lr() reads the engine's."""
-
-    def __init__(self, engine):
-        self._engine = engine
-
-    def get_lr(self):
-        return self._engine.get_lr()
-
-    get_last_lr = get_lr
-
-    def step(self, *args, **kwargs):
-        pass

@@ -125,7 +125,8 @@ py::dict step_report(const StepReport& r) {
 
 }  // namespace
 
-void bind_moe(py::module_& m);  // moe.cpp
+void bind_moe(py::module_& m);       // moe.cpp
+void bind_schedule(py::module_& m);  // schedule.cpp
 }  // namespace dscpp::python
 
 PYBIND11_MODULE(_C, m) {
@@ -157,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("comm_over", &comm_from, py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
   bind_moe(m);
+  bind_schedule(m);
 
   py::class_<Engine>(m, "Engine")
       .def("begin_forward", &Engine::begin_forward)

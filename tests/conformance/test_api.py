@@ -47,3 +47,52 @@ def test_init_distributed_and_initialize_take_deepspeeds_arguments():
     for ours, theirs in [(dscpp.init_distributed, deepspeed.init_distributed), (dscpp.initialize, deepspeed.initialize)]:
         names = [n for n, _ in parameters(theirs)]
         assert [n for n, _ in parameters(ours)][:len(names)] == names
+
+
+def test_helpers_scripts_import_have_deepspeeds_signatures():
+    import deepspeed.checkpoint.utils
+    import deepspeed.runtime.utils
+    import dscpp.checkpoint.utils
+    import dscpp.runtime.utils
+    pairs = [(dscpp.checkpoint.utils.clone_tensors_for_torch_save, deepspeed.checkpoint.utils.clone_tensors_for_torch_save),
+             (dscpp.runtime.utils.see_memory_usage, deepspeed.runtime.utils.see_memory_usage),
+             (dscpp.utils.RepeatingLoader, deepspeed.utils.RepeatingLoader)]
+    for ours, theirs in pairs:
+        assert parameters(ours) == parameters(theirs), ours.__name__
+
+
+def test_repeating_loader_restarts_as_deepspeeds():
+    import torch
+    data = torch.utils.data.TensorDataset(torch.arange(10.0))
+    ours = dscpp.utils.RepeatingLoader(torch.utils.data.DataLoader(data, batch_size=4))
+    theirs = deepspeed.utils.RepeatingLoader(torch.utils.data.DataLoader(data, batch_size=4))
+    for _ in range(7):  # two passes and a bit, across the short last batch
+        assert torch.equal(next(ours)[0], next(theirs)[0])
+    with pytest.raises(StopIteration):
+        next(dscpp.utils.RepeatingLoader([]))
+
+
+def test_clone_tensors_for_torch_save_as_deepspeeds():
+    import collections
+    import torch
+    base = torch.arange(12.0)
+    item = {"a": base[:4], "b": [base[4:8], (base[8:], 3)], "c": "x",
+            "d": collections.OrderedDict(e=torch.ones(2, dtype=torch.bfloat16))}
+    ours = dscpp.checkpoint.utils.clone_tensors_for_torch_save(item)
+    theirs = deepspeed.checkpoint.utils.clone_tensors_for_torch_save(item)
+    assert type(ours["d"]) is collections.OrderedDict and type(ours["b"][1]) is tuple
+    assert ours["c"] == theirs["c"] and ours["b"][1][1] == 3
+    for x, y in [(ours["a"], theirs["a"]), (ours["b"][0], theirs["b"][0]), (ours["b"][1][0], theirs["b"][1][0]),
+                 (ours["d"]["e"], theirs["d"]["e"])]:
+        assert torch.equal(x, y) and x.dtype == y.dtype
+        # A copy of its own: saving it writes 4 values, not the 12 of the buffer the view was cut from.
+        assert x.untyped_storage().nbytes() == x.numel() * x.element_size()
+
+
+def test_see_memory_usage_prints_only_when_forced(capsys):
+    import dscpp.runtime.utils
+    dscpp.runtime.utils.see_memory_usage("quiet")
+    assert capsys.readouterr().out == ""
+    dscpp.runtime.utils.see_memory_usage("after init", force=True)
+    out = capsys.readouterr().out
+    assert out.startswith("after init\n") and "CPU memory of this process: resident" in out

@@ -106,6 +106,42 @@ def test_a_config_scheduler_drives_the_lr():
     assert lrs == pytest.approx([0.0, 0.0, 2.5e-4, 5e-4], abs=1e-15)
 
 
+def test_a_config_scheduler_is_an_instance_of_its_class_following_the_engine():
+    from dscpp.runtime import lr_schedules
+    c = config(scheduler={"type": "OneCycle", "params": {"cycle_min_lr": 1e-4, "cycle_max_lr": 1e-3,
+                                                          "cycle_first_step_size": 2, "cycle_min_mom": 0.85,
+                                                          "cycle_max_mom": 0.95}})
+    engine, _, _, scheduler = dscpp.initialize(model=make_model("gpt"), config=c)
+    assert isinstance(scheduler, lr_schedules.OneCycle) and engine.lr_scheduler is scheduler
+    assert scheduler.min_lrs == [1e-4] and scheduler.max_lrs == [1e-3]
+    # The same class stepped by hand over a torch optimizer gives the sequence the engine runs.
+    alone = lr_schedules.OneCycle(torch.optim.Adam([torch.nn.Parameter(torch.zeros(1))], lr=1e-3),
+                                  **c["scheduler"]["params"])
+    for step in range(5):
+        assert scheduler.last_batch_iteration == step - 1 == alone.last_batch_iteration
+        assert scheduler.get_lr() == [pytest.approx(alone.get_lr()[0], rel=1e-12)]
+        assert scheduler.get_mom() == [pytest.approx(m) for m in alone.get_mom()]
+        engine.backward(engine(tokens()))
+        engine.step()
+        scheduler.step()  # as DeepSpeed's engine-owned scheduler, stepping it by hand does not advance it twice
+        alone.step()
+    assert scheduler.state_dict() == {"last_batch_iteration": 4}
+    with pytest.raises(RuntimeError, match="load_checkpoint"):
+        scheduler.load_state_dict({"last_batch_iteration": 0})
+
+
+def test_the_engine_shows_its_module_as_deepspeeds_nn_module_engine_does():
+    model = make_model("gpt")
+    engine, _, _, _ = dscpp.initialize(model=model, config=config())
+    assert [id(p) for p in engine.parameters()] == [id(p) for p in model.parameters()]
+    assert [n for n, _ in engine.named_parameters()] == ["module." + n for n, _ in model.named_parameters()]
+    assert [n for n, _ in engine.named_buffers()] == ["module." + n for n, _ in model.named_buffers()]
+    model.vocab_hint = 64
+    assert engine.vocab_hint == 64  # an attribute the engine lacks is the module's
+    with pytest.raises(AttributeError, match="nor has its module"):
+        engine.no_such_attribute
+
+
 def test_training_data_gives_a_distributed_sampler_loader():
     data = torch.utils.data.TensorDataset(torch.arange(12))
     engine, _, loader, _ = dscpp.initialize(model=make_model("gpt"), config=config(), training_data=data)

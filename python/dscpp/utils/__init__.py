@@ -1,5 +1,12 @@
-"""dscpp.utils: DeepSpeed's helpers for ZeRO-3 units."""
+"""dscpp.utils: DeepSpeed's helpers for ZeRO-3 units, its logger and RepeatingLoader."""
+import logging
+
 import torch
+
+from ..runtime.dataloader import RepeatingLoader  # noqa: F401  (deepspeed.utils.RepeatingLoader)
+
+# deepspeed.utils.logger: scripts and libraries (Accelerate) log through it and set its level.
+logger = logging.getLogger("dscpp")
 
 
 def set_z3_leaf_modules(model, leaf_module_classes):

@@ -6,6 +6,7 @@ dist.all_reduce work; the engine takes the same group (one rendezvous, not two).
 torch.distributed's, as DeepSpeed's facade forwards them (its default backend being torch's): the engine's own
 collectives go through its C++ Comm, not through these.
 """
+import atexit
 import datetime
 import itertools
 import os
@@ -36,6 +37,18 @@ def init_distributed(dist_backend=None, auto_mpi_discovery=True, distributed_por
         os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK=os.environ.get("LOCAL_RANK", "0"))
     dist.init_process_group(backend=backend, init_method=init_method, timeout=timeout, rank=rank,
                             world_size=world_size)
+    if backend == "gloo":  # NCCL's teardown is its own (its destroy can wait on peers); only Gloo's is mended here
+        atexit.register(_destroy_at_exit)
+
+
+def _destroy_at_exit():
+    """Destroys the process group init_distributed made, while the interpreter is still whole. Left to interpreter
+    shutdown, a Gloo group is freed with its worker threads possibly still holding the last reference to a finished
+    collective's tensors, whose release then needs the GIL of an interpreter being torn down: the process aborts
+    after its last step ("terminate called without an active exception"; PyTorch's issue 190489 and PR 179291). Real
+    DeepSpeed leaves the group alive and was measured aborting so (tests/conformance/exit_under_load.sh)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def engine_comm_arguments(user="engine", group=None):

@@ -23,6 +23,14 @@ from .zero import gathered
 from .zero.hooks import output_tensors
 
 
+class _Destroyed:
+    """What a DeepSpeedEngine holds in place of the C++ engine after destroy()."""
+
+    def __getattr__(self, name):
+        raise RuntimeError(f"engine.{name}: this engine was destroyed (engine.destroy()); build another with "
+                           "dscpp.initialize")
+
+
 _SCHEDULER_KEY = "dscpp_lr_scheduler"  # where a client scheduler's state_dict goes in a checkpoint's client state
 
 
@@ -64,6 +72,7 @@ class DeepSpeedEngine:
         self._forwarded = False
         self._backwarded = False
         self._gathered_for_backward = False  # a ZeRO-3 forward's gathers wait for its backward
+        self._zero3_hooks = []  # initialize's, for destroy()
 
     # ---- one step -------------------------------------------------------------------------------------------------
 
@@ -89,7 +98,7 @@ class DeepSpeedEngine:
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales `loss` (the micro-batch's mean) by the loss scale / gradient_accumulation_steps and backpropagates;
         the gradients go into this rank's shard. Returns what DeepSpeed's returns: `loss` divided by
-        gradient_accumulation_steps (in fp32) when that is above 1, else `loss`."""
+        gradient_accumulation_steps (in the loss's dtype) when that is above 1, else `loss`."""
         if retain_graph:
             raise NotImplementedError("engine.backward(retain_graph=True) is not supported by deepspeed.cpp")
         if not scale_wrt_gas:
@@ -105,7 +114,7 @@ class DeepSpeedEngine:
         self._gathered_for_backward = False
         self._backwarded = True
         steps = self.gradient_accumulation_steps()
-        return loss.detach().float() / steps if steps > 1 else loss
+        return loss.detach() / steps if steps > 1 else loss
 
     def step(self, lr_kwargs=None):
         """Ends the micro-step; on an accumulation boundary the optimizer steps (unless the loss scale overflowed)."""
@@ -228,6 +237,20 @@ class DeepSpeedEngine:
     def config(self):
         """The resolved config (every default filled), as a dict."""
         return self._config
+
+    def destroy(self):
+        """DeepSpeed's: lets go of what the engine holds — ZeRO-3's hooks on the module and the C++ engine (its flat
+        buffers, gradients, optimizer state, communicators) — so that a script (Accelerate's free_memory) can build
+        another in the same process. The module keeps the values its parameters show (under ZeRO-3, 0-element between
+        steps, as DeepSpeed leaves them); any other engine call afterwards is an error saying so."""
+        if isinstance(self._engine, _Destroyed):
+            return
+        if self._zero3_hooks:
+            from .zero import hooks
+            hooks.uninstall(self.module, self._zero3_hooks)
+            self._zero3_hooks = []
+        self._engine = _Destroyed()
+        gc.collect()
 
     # ---- as the module --------------------------------------------------------------------------------------------
     # DeepSpeed's engine is an nn.Module holding the model as `module`: its parameters are the model's (named with a

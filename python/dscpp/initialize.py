@@ -202,14 +202,14 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
         untrained_params={names[id(p)] for p in untrained},
         **model_comm, **experts, **engine_comm_arguments(group=data_group))
-    if engine.zero_stage == 3:
-        zero_hooks.install(model, engine, units)
+    hooks = zero_hooks.install(model, engine, units) if engine.zero_stage == 3 else []
     resolved = json.loads(engine.config_json)
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
                               param_groups=[params for params, _, _ in groups], param_names=names)
+    wrapper._zero3_hooks = hooks
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
         optimizer_lr = resolved.get("optimizer", {}).get("params", {}).get("lr", _DEFAULT_LR)

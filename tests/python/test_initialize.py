@@ -41,17 +41,18 @@ def test_the_seed_scripts_loop_runs_and_reports_what_deepspeed_reports():
     assert engine.local_rank == 0 and engine.device == torch.device("cpu")
 
 
-def test_backward_returns_the_loss_divided_by_the_accumulation_steps_as_deepspeeds():
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_backward_returns_the_loss_divided_by_the_accumulation_steps_as_deepspeeds(bf16):
     for grad_accum in (1, 4):
-        c = config(train_batch_size=4 * grad_accum, gradient_accumulation_steps=grad_accum)
+        c = config(train_batch_size=4 * grad_accum, gradient_accumulation_steps=grad_accum, bf16={"enabled": bf16})
         engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=c)
         loss = engine(tokens())
         returned = engine.backward(loss)
         if grad_accum == 1:
             assert returned is loss
         else:
-            assert returned.dtype == torch.float32
-            assert returned.item() == pytest.approx(loss.item() / grad_accum, rel=1e-6)
+            assert returned.dtype == loss.dtype  # DeepSpeed's `loss / gas`: a bf16 loss comes back bf16
+            assert returned.item() == pytest.approx(loss.item() / grad_accum, rel=1e-2 if bf16 else 1e-6)
         engine.step()
 
 
@@ -140,6 +141,30 @@ def test_the_engine_shows_its_module_as_deepspeeds_nn_module_engine_does():
     assert engine.vocab_hint == 64  # an attribute the engine lacks is the module's
     with pytest.raises(AttributeError, match="nor has its module"):
         engine.no_such_attribute
+
+
+@pytest.mark.parametrize("stage", [0, 3])
+def test_destroy_lets_go_of_the_engine_and_its_hooks(stage):
+    import gc
+    import weakref
+    model = make_model("gpt")
+    engine, _, _, _ = dscpp.initialize(model=model, config=ds_config(stage=stage, grad_accum=1, world=1))
+    engine.backward(engine(tokens()))
+    engine.step()
+    held = weakref.ref(engine._engine)
+    engine.destroy()
+    gc.collect()
+    assert held() is None  # the C++ engine, its buffers and optimizer state, is gone
+    assert all(type(m._parameters) is dict for m in model.modules())  # ZeRO-3's fetching dicts are undone
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
+    with pytest.raises(RuntimeError, match="destroyed"):
+        engine(tokens())
+    engine.destroy()  # twice is harmless, as DeepSpeed's
+    # A new engine in the same process, over a new model (Accelerate's free_memory, then prepare again).
+    again, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=ds_config(stage=stage, grad_accum=1, world=1))
+    again.backward(again(tokens()))
+    again.step()
+    assert again.global_steps == 1
 
 
 def test_training_data_gives_a_distributed_sampler_loader():

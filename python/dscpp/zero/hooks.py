@@ -82,3 +82,12 @@ def install(model, engine, units):
         # From items(): building from the mapping would read each parameter through the old dict's __getitem__.
         module._parameters = _FetchingParameters(module._parameters.items(), engine.fetch_param)
     return handles
+
+
+def uninstall(model, handles):
+    """Undoes install: removes the hooks and gives every module a plain _parameters again (engine.destroy)."""
+    for handle in handles:
+        handle.remove()
+    for module in model.modules():
+        if isinstance(module._parameters, _FetchingParameters):
+            module._parameters = dict(dict.items(module._parameters))  # nn.Module keeps a plain dict

@@ -17,11 +17,6 @@ from .runtime import lr_schedules
 from .zero import hooks as zero_hooks
 from .zero import init as zero_init
 
-# The lr a config optimizer section without "lr" gets (DeepSpeed's Adam, AdamW and Lamb default); only for the
-# attributes of the scheduler initialize returns, which the engine's schedule does not read.
-_DEFAULT_LR = 1e-3
-
-
 def _flatten_parameters(model_parameters):
     out = []
     for item in model_parameters:
@@ -212,7 +207,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     wrapper._zero3_hooks = hooks
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
-        optimizer_lr = resolved.get("optimizer", {}).get("params", {}).get("lr", _DEFAULT_LR)
-        scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], optimizer_lr)
+        scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], resolved.get("optimizer") or {})
         wrapper.lr_scheduler = scheduler
     return wrapper, wrapper.optimizer, loader, scheduler

@@ -131,6 +131,15 @@ def test_a_config_scheduler_is_an_instance_of_its_class_following_the_engine():
         scheduler.load_state_dict({"last_batch_iteration": 0})
 
 
+def test_a_config_one_cycle_over_sgd_cycles_no_momentum_as_deepspeeds():
+    c = config(optimizer={"type": "SGD", "params": {"lr": 0.1}},
+               scheduler={"type": "OneCycle", "params": {"cycle_min_lr": 0.01, "cycle_max_lr": 0.1,
+                                                         "cycle_first_step_size": 2}})
+    with pytest.warns(UserWarning, match="cycle_momentum is off"):
+        _, _, _, scheduler = dscpp.initialize(model=make_model("gpt"), config=c)
+    assert scheduler.get_mom() is None and scheduler.get_lr() == [pytest.approx(0.01)]
+
+
 def test_the_engine_shows_its_module_as_deepspeeds_nn_module_engine_does():
     model = make_model("gpt")
     engine, _, _, _ = dscpp.initialize(model=model, config=config())

@@ -289,21 +289,31 @@ class WarmupCosineLR(_Scheduler):
 
 class _ConfiguredGroups:
     """The optimizer's param groups as the config set them up, for a config scheduler's attributes (max_lrs, org_lrs,
-    ...): the engine's own groups show the current lr, not the one the schedule starts from."""
+    ...): the engine's own groups show the current lr, not the one the schedule starts from. `defaults` says whether
+    the optimizer has betas, which OneCycle's momentum cycle needs (SGD and Adagrad have none)."""
 
-    def __init__(self, lrs):
+    def __init__(self, lrs, has_betas):
         self.param_groups = [{"lr": lr} for lr in lrs]
+        self.defaults = {"betas": None} if has_betas else {}
+
+
+# The lr of a config optimizer section without "lr" (DeepSpeed's Adam, AdamW and Lamb default). Only the attributes of
+# the scheduler initialize returns read it; the engine's own schedule has the optimizer's.
+_DEFAULT_LR = 1e-3
+_WITHOUT_BETAS = ("sgd", "adagrad")
 
 
 _CLASSES = {cls._type: cls for cls in (LRRangeTest, OneCycle, WarmupLR, WarmupDecayLR, WarmupCosineLR)}
 
 
-def engine_scheduler(engine, section, base_lr):
+def engine_scheduler(engine, section, optimizer_section):
     """initialize's lr_scheduler for a config "scheduler" section: an instance of the class it names, built from the
-    section's params over the optimizer's configured lr (`base_lr`) and then following the engine's schedule — its
-    iteration and lrs are the engine's; its attributes and get_mom() as DeepSpeed's."""
+    section's params over the optimizer section's lr and then following the engine's schedule — its iteration and lrs
+    are the engine's; its attributes and get_mom() as DeepSpeed's."""
     cls = _CLASSES[section["type"]]
     params = {k: v for k, v in (section.get("params") or {}).items() if k != "last_batch_iteration"}
-    scheduler = cls(_ConfiguredGroups([base_lr] * len(engine.get_lr())), **params)
+    lr = (optimizer_section.get("params") or {}).get("lr", _DEFAULT_LR)
+    has_betas = str(optimizer_section.get("type", "")).lower() not in _WITHOUT_BETAS
+    scheduler = cls(_ConfiguredGroups([lr] * len(engine.get_lr()), has_betas), **params)
     scheduler.optimizer = engine.optimizer
     return scheduler._follow(engine)

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # bench/run_all.sh: every benchmark in sequence with its defaults, then bench/RESULTS.md — each one's output as it
 # printed it, how long it took against the time its header states, and the machine (CPU kind, SIMD, cores, memory,
-# disk), the date and the commit. Expected time on a 2-core machine: ~52 min (49:17 in bench/RESULTS.md of 555eae1, before
-# bench/moe, ~2 min, was added; scale_demo alone ~24).
+# disk), the date and the commit. Expected time on a 2-core machine: ~31 min on torch 2.11 (22:27 in bench/RESULTS.md of
+# e6962d7, before bench/vs_deepspeed, ~8 min, was added; 49:17 on torch 1.13).
 #
 # Each benchmark runs under `timeout` (twice its stated time: a hang ends, the others still run) and with a limit on
 # each process's address space (prlimit --as), so that one that outgrows the machine fails with an error instead of
@@ -39,6 +39,7 @@ BENCHES=(
   "memory|2|8|bench/memory/run.sh $BUILD"
   "python_baseline|4|8|bench/python_baseline/run.sh $BUILD"
   "python_overhead|4|8|bench/python_overhead/run.sh $BUILD"
+  "vs_deepspeed|8|8|bench/vs_deepspeed/run.sh $BUILD"
   "scaling|2|8|bench/scaling/run.sh $BUILD"
   "zero3_overhead|3|8|bench/zero3_overhead/run.sh $BUILD"
   "host_malloc|3|8|bench/host_malloc/run.sh $BUILD"

@@ -25,7 +25,8 @@ from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine
 from .initialize import initialize
-from . import checkpoint, checkpointing, comm, moe, ops, runtime, utils, zero  # noqa: F401  (dscpp.comm.get_rank, dscpp.moe.layer.MoE, …)
+# dscpp.comm.get_rank, dscpp.moe.layer.MoE, dscpp.runtime.lr_schedules.WarmupLR, ... without importing each
+from . import accelerator, checkpoint, checkpointing, comm, moe, ops, runtime, utils, zero  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -21,6 +21,7 @@ from .moe.layer import MoE
 from .optimizer_view import OptimizerView
 from .zero import gathered
 from .zero.hooks import output_tensors
+from .zero.hooks import uninstall as uninstall_zero3_hooks
 
 
 class _Destroyed:
@@ -38,10 +39,11 @@ class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
     def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
-                 param_groups=None, param_names=None):
+                 param_groups=None, param_names=None, zero3_hooks=()):
         """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one.
         `param_names`: {id(param): the engine's name} where it differs from the module's (MoE experts, named by
-        global index); the module's names otherwise."""
+        global index); the module's names otherwise. `zero3_hooks`: the handles of ZeRO-3's hooks on the module
+        (zero.hooks.install), which destroy() removes."""
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
@@ -72,7 +74,7 @@ class DeepSpeedEngine:
         self._forwarded = False
         self._backwarded = False
         self._gathered_for_backward = False  # a ZeRO-3 forward's gathers wait for its backward
-        self._zero3_hooks = []  # initialize's, for destroy()
+        self._zero3_hooks = list(zero3_hooks)
 
     # ---- one step -------------------------------------------------------------------------------------------------
 
@@ -246,8 +248,7 @@ class DeepSpeedEngine:
         if isinstance(self._engine, _Destroyed):
             return
         if self._zero3_hooks:
-            from .zero import hooks
-            hooks.uninstall(self.module, self._zero3_hooks)
+            uninstall_zero3_hooks(self.module, self._zero3_hooks)
             self._zero3_hooks = []
         self._engine = _Destroyed()
         gc.collect()

@@ -17,6 +17,7 @@ from .runtime import lr_schedules
 from .zero import hooks as zero_hooks
 from .zero import init as zero_init
 
+
 def _flatten_parameters(model_parameters):
     out = []
     for item in model_parameters:
@@ -203,8 +204,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
-                              param_groups=[params for params, _, _ in groups], param_names=names)
-    wrapper._zero3_hooks = hooks
+                              param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks)
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
         scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], resolved.get("optimizer") or {})

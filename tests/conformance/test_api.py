@@ -54,7 +54,8 @@ def test_helpers_scripts_import_have_deepspeeds_signatures():
     import deepspeed.runtime.utils
     import dscpp.checkpoint.utils
     import dscpp.runtime.utils
-    pairs = [(dscpp.checkpoint.utils.clone_tensors_for_torch_save, deepspeed.checkpoint.utils.clone_tensors_for_torch_save),
+    pairs = [(dscpp.checkpoint.utils.clone_tensors_for_torch_save,
+              deepspeed.checkpoint.utils.clone_tensors_for_torch_save),
              (dscpp.runtime.utils.see_memory_usage, deepspeed.runtime.utils.see_memory_usage),
              (dscpp.utils.RepeatingLoader, deepspeed.utils.RepeatingLoader)]
     for ours, theirs in pairs:

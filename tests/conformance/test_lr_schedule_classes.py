@@ -139,3 +139,11 @@ def test_one_cycle_over_sgd_cycles_lr_only():
         ds.step()
         _close(ours.get_lr(), ds.get_lr())
     assert "betas" not in ours_opt.param_groups[0]
+
+
+@pytest.mark.parametrize("name", ["WarmupLR", "WarmupCosineLR", "OneCycle", "LRRangeTest"])
+def test_something_that_is_not_an_optimizer_is_a_type_error_as_deepspeeds(name):
+    kwargs = {"WarmupCosineLR": {"total_num_steps": 10}, "OneCycle": {"cycle_min_lr": 0.1, "cycle_max_lr": 0.2}}
+    for module in (ds_lrs, our_lrs):
+        with pytest.raises(TypeError):
+            getattr(module, name)(object(), **kwargs.get(name, {}))

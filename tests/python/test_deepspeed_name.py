@@ -44,10 +44,13 @@ import deepspeed.comm as dist
 import deepspeed.zero, deepspeed.moe.layer, deepspeed.ops.adam, deepspeed.runtime.lr_schedules, deepspeed.checkpointing
 from deepspeed.runtime.lr_schedules import WarmupLR
 from deepspeed.utils import RepeatingLoader
+from deepspeed.accelerator import get_accelerator
 pairs = [(deepspeed.initialize, dscpp.initialize), (deepspeed.init_distributed, dscpp.init_distributed),
          (dist, dscpp.comm), (deepspeed.zero.Init, dscpp.zero.Init), (deepspeed.moe.layer.MoE, dscpp.moe.layer.MoE),
-         (deepspeed.ops.adam.DeepSpeedCPUAdam, dscpp.ops.adam.DeepSpeedCPUAdam), (WarmupLR, dscpp.runtime.lr_schedules.WarmupLR),
-         (RepeatingLoader, dscpp.utils.RepeatingLoader), (deepspeed.checkpointing, dscpp.checkpointing)]
+         (deepspeed.ops.adam.DeepSpeedCPUAdam, dscpp.ops.adam.DeepSpeedCPUAdam),
+         (WarmupLR, dscpp.runtime.lr_schedules.WarmupLR),
+         (RepeatingLoader, dscpp.utils.RepeatingLoader), (deepspeed.checkpointing, dscpp.checkpointing),
+         (get_accelerator, dscpp.accelerator.get_accelerator)]
 try:
     import deepspeed.pipe
     missing = None

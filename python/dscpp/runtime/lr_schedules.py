@@ -51,9 +51,18 @@ TOTAL_NUM_STEPS = "total_num_steps"
 _ONE_CYCLE_BETA2 = 0.99  # OneCycle writes betas (momentum, 0.99), as DeepSpeed's (the C++ schedule's kOneCycleBeta2)
 
 
+def _groups(optimizer):
+    """The optimizer's param groups; a scheduler drives anything that has them (a torch optimizer, ours)."""
+    groups = getattr(optimizer, "param_groups", None)
+    if groups is None:
+        raise TypeError(f"an LR scheduler needs an optimizer with param_groups (a torch.optim.Optimizer), got "
+                        f"{type(optimizer).__name__}")
+    return groups
+
+
 def _per_group(optimizer, value, name):
     """DeepSpeed's "float or list": one value per param group, a scalar repeated."""
-    count = len(optimizer.param_groups)
+    count = len(_groups(optimizer))
     if isinstance(value, (list, tuple)):
         if len(value) != count:
             raise ValueError(f"{name}: expected {count} values (one per param group), got {len(value)}")
@@ -88,9 +97,7 @@ class _Scheduler:
     _type = None
 
     def __init__(self, optimizer, group_params, base_lrs, last_batch_iteration, betas=False):
-        if not hasattr(optimizer, "param_groups"):
-            raise TypeError(f"{type(self).__name__}: optimizer must have param_groups (a torch optimizer), got "
-                            f"{type(optimizer).__name__}")
+        _groups(optimizer)
         self.optimizer = optimizer
         self._schedules = [_C.lr_schedule(self._type, json.dumps(params), _number(base))
                            for params, base in zip(group_params, base_lrs)]
@@ -190,7 +197,8 @@ class OneCycle(_Scheduler):
             raise ValueError(f"{CYCLE_SECOND_STEP_SIZE} must be >= 0 (or None: the first's), got "
                              f"{cycle_second_step_size!r}")
         self.first_step_size = float(cycle_first_step_size)
-        self.second_step_size = self.first_step_size if cycle_second_step_size is None else float(cycle_second_step_size)
+        self.second_step_size = (self.first_step_size if cycle_second_step_size is None
+                                 else float(cycle_second_step_size))
         self.total_size = self.first_step_size + self.second_step_size
         self.step_ratio = self.first_step_size / self.total_size
         self.min_lrs = _per_group(optimizer, cycle_min_lr, CYCLE_MIN_LR)
@@ -239,7 +247,7 @@ class WarmupLR(_Scheduler):
     def _warmup_init(self, optimizer, warmup_min_lr, warmup_max_lr, warmup_num_steps, warmup_type):
         _positive_int(warmup_num_steps, WARMUP_NUM_STEPS)
         if warmup_max_lr is None:
-            warmup_max_lr = [group["lr"] for group in optimizer.param_groups]
+            warmup_max_lr = [group["lr"] for group in _groups(optimizer)]
         self.min_lrs = _per_group(optimizer, warmup_min_lr, WARMUP_MIN_LR)
         self.max_lrs = _per_group(optimizer, warmup_max_lr, WARMUP_MAX_LR)
         self.delta_lrs = [hi - lo for hi, lo in zip(self.max_lrs, self.min_lrs)]
@@ -276,7 +284,7 @@ class WarmupCosineLR(_Scheduler):
         self.warmup_num_steps = max(2, warmup_num_steps)
         self.cos_min_ratio = cos_min_ratio
         self.warmup_type = warmup_type
-        self.org_lrs = [_number(group["lr"]) for group in optimizer.param_groups]
+        self.org_lrs = [_number(group["lr"]) for group in _groups(optimizer)]
         params = {TOTAL_NUM_STEPS: total_num_steps, WARMUP_MIN_RATIO: warmup_min_ratio,
                   WARMUP_NUM_STEPS: self.warmup_num_steps, COS_MIN_RATIO: cos_min_ratio, WARMUP_TYPE: warmup_type}
         self._ratio = _C.lr_schedule(self._type, json.dumps(params), 1.0)  # the factor itself: an lr of 1 scaled

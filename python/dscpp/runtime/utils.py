@@ -26,8 +26,9 @@ def see_memory_usage(message, force=False):
     print(message)
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         gib = 2**30
-        print(f"MA {torch.cuda.memory_allocated() / gib:.2f} GB  Max_MA {torch.cuda.max_memory_allocated() / gib:.2f} GB"
-              f"  CA {torch.cuda.memory_reserved() / gib:.2f} GB  Max_CA {torch.cuda.max_memory_reserved() / gib:.2f} GB")
+        cuda = torch.cuda
+        print(f"MA {cuda.memory_allocated() / gib:.2f} GB  Max_MA {cuda.max_memory_allocated() / gib:.2f} GB"
+              f"  CA {cuda.memory_reserved() / gib:.2f} GB  Max_CA {cuda.max_memory_reserved() / gib:.2f} GB")
         torch.cuda.reset_peak_memory_stats()
     rss, peak = _host_gib("VmRSS"), _host_gib("VmHWM")
     if rss is not None:

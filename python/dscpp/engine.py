@@ -218,6 +218,22 @@ class DeepSpeedEngine:
     def is_gradient_accumulation_boundary(self):
         return self._engine.is_gradient_accumulation_boundary()
 
+    def set_gradient_accumulation_boundary(self, is_boundary):
+        """DeepSpeed's, which Hugging Face Accelerate calls before each backward with its own count of micro-steps.
+        The engine counts them itself (the config's gradient_accumulation_steps), so a boundary that agrees with its
+        count is taken as it is; one that does not — Accelerate ending an epoch mid-accumulation — is refused, since
+        the engine cannot step on a partial accumulation (make the batches per epoch a multiple of
+        gradient_accumulation_steps, or let the engine count: Accelerator(..., gradient_accumulation_steps=1)).
+        Accelerate calls step() on boundaries only: a micro-step whose backward had no step() is closed here, as the
+        engine's step() off a boundary does (it only counts the micro-step)."""
+        if self._backwarded:
+            self.step()
+        if bool(is_boundary) != self.is_gradient_accumulation_boundary():
+            raise NotImplementedError(
+                f"engine.set_gradient_accumulation_boundary({bool(is_boundary)}): the engine is at micro-step "
+                f"{self.micro_steps} of {self.gradient_accumulation_steps()} per optimizer step, where the boundary "
+                f"is {not is_boundary}; a boundary off the engine's count is not supported")
+
     def gradient_accumulation_steps(self):
         return self._engine.grad_accum
 

@@ -176,6 +176,42 @@ def test_destroy_lets_go_of_the_engine_and_its_hooks(stage):
     assert again.global_steps == 1
 
 
+def accelerate_protocol_run(stage, driven):
+    """Four micro-batches at gradient accumulation 2, either as a DeepSpeed script steps (every micro-batch:
+    forward, backward, step) or as Hugging Face Accelerate drives the engine (forward,
+    set_gradient_accumulation_boundary(its own count), backward, and step() only on a boundary)."""
+    torch.manual_seed(0)
+    c = config(train_batch_size=8, gradient_accumulation_steps=2, zero_optimization={"stage": stage})
+    engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=c)
+    losses = []
+    for micro in range(4):
+        loss = engine(tokens())
+        losses.append(loss.item())
+        boundary = micro % 2 == 1
+        if driven:
+            engine.set_gradient_accumulation_boundary(boundary)
+        engine.backward(loss)
+        if boundary or not driven:
+            engine.step()
+    return losses, [p.detach().clone() for p in engine.module.parameters()], engine.global_steps
+
+
+@pytest.mark.parametrize("stage", [0, 2])
+def test_accelerates_boundaries_and_steps_train_as_the_scripts_loop(stage):
+    losses, params, steps = accelerate_protocol_run(stage, driven=True)
+    want_losses, want_params, want_steps = accelerate_protocol_run(stage, driven=False)
+    assert losses == want_losses and steps == want_steps == 2
+    assert all(torch.equal(a, b) for a, b in zip(params, want_params))
+
+
+def test_a_boundary_off_the_engines_count_is_refused_naming_it():
+    engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=config(train_batch_size=8,
+                                                                              gradient_accumulation_steps=2))
+    engine(tokens())
+    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_boundary\(True\).*micro-step 0 of 2"):
+        engine.set_gradient_accumulation_boundary(True)
+
+
 def test_training_data_gives_a_distributed_sampler_loader():
     data = torch.utils.data.TensorDataset(torch.arange(12))
     engine, _, loader, _ = dscpp.initialize(model=make_model("gpt"), config=config(), training_data=data)

@@ -21,7 +21,9 @@ def _python_tests_conftest():
     return module
 
 
-_run_ranks = _python_tests_conftest().run_ranks
+_python_conftest = _python_tests_conftest()
+_run_ranks = _python_conftest.run_ranks
+install_deepspeed_name = _python_conftest.install_deepspeed_name
 
 
 def run_script(impl, script_args, world=1, timeout=600):

@@ -42,3 +42,18 @@ def run_ranks(world, script_args, timeout=300, cwd=HERE, what="a rank failed"):
         pytest.fail(f"{what}:\n" + "\n".join(f"--- rank {r} (exit {p.returncode})\n{o}"
                                                   for r, (p, o) in enumerate(zip(procs, outputs))))
     return outputs
+
+
+def install_deepspeed_name(target):
+    """python/deepspeed-compat (the name `deepspeed` for our engine) installed with pip into `target`, a directory to
+    put first on PYTHONPATH. Built from a copy, since setuptools writes build/ beside the sources; no build isolation
+    (nothing downloaded: the test environment's setuptools builds it), no deps (dscpp is on the path already)."""
+    import shutil
+    root = os.path.abspath(os.path.join(HERE, "..", ".."))
+    source = os.path.join(str(target) + "_src")
+    shutil.copytree(os.path.join(root, "python", "deepspeed-compat"), source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info"))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+                    "--no-build-isolation", "--target", str(target), source], check=True, timeout=300,
+                   capture_output=True)
+    return str(target)

@@ -4,30 +4,19 @@ version we conform to, and train a DeepSpeed script unchanged exactly as `import
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 
 import pytest
 
-from conftest import run_ranks
+from conftest import install_deepspeed_name, run_ranks
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-COMPAT = os.path.join(ROOT, "python", "deepspeed-compat")
 
 
 @pytest.fixture(scope="module")
 def name_dir(tmp_path_factory):
-    target = tmp_path_factory.mktemp("deepspeed_name")
-    # Built from a copy: setuptools writes build/ and an egg-info beside the sources, which stay untouched.
-    source = target.parent / (target.name + "_src")
-    shutil.copytree(COMPAT, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    # No build isolation (nothing downloaded: the test environment's setuptools builds it); no deps (dscpp is on the
-    # path already, as the build's package).
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-                    "--no-build-isolation", "--target", str(target), str(source)], check=True, timeout=300,
-                   capture_output=True)
-    return str(target)
+    return install_deepspeed_name(tmp_path_factory.mktemp("deepspeed_name"))
 
 
 def python_with_name(name_dir, code):

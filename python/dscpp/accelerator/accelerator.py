@@ -82,7 +82,7 @@ class _Accelerator:
         return torch.manual_seed(seed)
 
     def manual_seed_all(self, seed):
-        return torch.manual_seed(seed)  # every device's generator, as torch.manual_seed seeds CUDA's too
+        return torch.manual_seed(seed)
 
     def initial_seed(self):
         return torch.initial_seed()
@@ -225,6 +225,16 @@ class CudaAccelerator(_Accelerator):
 
     def default_generator(self, device_index):
         return torch.cuda.default_generators[device_index]
+
+    # The GPU's generators only, as DeepSpeed's CUDA accelerator: the CPU's stream of random numbers is left alone.
+    def manual_seed(self, seed):
+        return torch.cuda.manual_seed(seed)
+
+    def manual_seed_all(self, seed):
+        return torch.cuda.manual_seed_all(seed)
+
+    def initial_seed(self):
+        return torch.cuda.initial_seed()
 
     @property
     def Stream(self):

@@ -33,6 +33,24 @@ class _Destroyed:
 
 
 _SCHEDULER_KEY = "dscpp_lr_scheduler"  # where a client scheduler's state_dict goes in a checkpoint's client state
+_CLIENT_GROUPS_KEY = "dscpp_client_param_groups"  # and a client optimizer's group settings (lr, betas, eps, ...)
+
+
+def _group_settings(group):
+    """A param group's settings as JSON: its numbers and lists of numbers (lr, betas, eps, weight_decay, momentum,
+    ...); a tensor lr as its value. The parameters, flags and anything else stay out."""
+    settings = {}
+    for key, value in group.items():
+        if key == "params":
+            continue
+        if torch.is_tensor(value) and value.numel() == 1:
+            value = value.item()
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, (int, float)) or (isinstance(value, (list, tuple)) and value and
+                                               all(isinstance(v, (int, float)) for v in value)):
+            settings[key] = list(value) if isinstance(value, (list, tuple)) else value
+    return settings
 
 
 class DeepSpeedEngine:
@@ -307,6 +325,15 @@ class DeepSpeedEngine:
             if not isinstance(client_state, dict):
                 raise TypeError("save_checkpoint: with a client lr_scheduler, client_state must be a dict")
             client_state = dict(client_state, **{_SCHEDULER_KEY: self._client_scheduler.state_dict()})
+        if not isinstance(self.optimizer, OptimizerView):
+            # As DeepSpeed's checkpoint holds the client optimizer's state_dict, its param groups' settings with it:
+            # a resumed run's client optimizer shows (and, for the lr, steps with) the values it had when saved.
+            if client_state is None:
+                client_state = {}
+            if not isinstance(client_state, dict):
+                raise TypeError("save_checkpoint: with a client optimizer, client_state must be a dict")
+            client_state = dict(client_state, **{_CLIENT_GROUPS_KEY: [_group_settings(g)
+                                                                      for g in self.optimizer.param_groups]})
         try:
             state = json.dumps(client_state if client_state is not None else None)
         except TypeError as e:
@@ -340,6 +367,16 @@ class DeepSpeedEngine:
             bool(load_module_only), bool(load_module_strict))
         self._forwarded = self._backwarded = False
         client_state = json.loads(client_state)
+        if isinstance(client_state, dict) and _CLIENT_GROUPS_KEY in client_state:
+            saved_groups = client_state.pop(_CLIENT_GROUPS_KEY)
+            if (not isinstance(self.optimizer, OptimizerView) and load_optimizer_states and not load_module_only and
+                    len(saved_groups) == len(self.optimizer.param_groups)):
+                for group, settings in zip(self.optimizer.param_groups, saved_groups):
+                    for key, value in settings.items():
+                        if torch.is_tensor(group.get(key)):
+                            group[key].fill_(value)
+                        else:
+                            group[key] = tuple(value) if isinstance(value, list) else value
         if isinstance(client_state, dict) and _SCHEDULER_KEY in client_state:
             scheduler_state = client_state.pop(_SCHEDULER_KEY)
             if self._client_scheduler is not None and load_lr_scheduler_states and not load_module_only:

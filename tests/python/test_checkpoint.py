@@ -85,6 +85,41 @@ def test_a_python_round_trip_continues_bit_for_bit(tmp_path):
     assert got == expected
 
 
+def test_a_client_optimizers_group_settings_come_back_with_the_checkpoint(tmp_path):
+    # DeepSpeed's checkpoint holds the client optimizer's state_dict: a script that lowered the lr mid-run resumes at
+    # the lowered lr, not at the one its new optimizer was built with (Accelerate's resume relies on it).
+    batches = [torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(s)) for s in range(5)]
+    config = ds_config(stage=2, grad_accum=1, world=1)
+    config.pop("optimizer", None)
+
+    def start():
+        model = make_model("gpt")
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+        engine, *_ = dscpp.initialize(model=model, optimizer=optimizer, config=config)
+        return engine, optimizer
+
+    def run(engine, optimizer, steps, lower_at=None):
+        out = []
+        for i in steps:
+            if i == lower_at:
+                optimizer.param_groups[0]["lr"] = 2.5e-4
+            engine.backward(engine(batches[i]))
+            engine.step()
+            out.append(engine.last_step()["loss"])
+        return out
+
+    whole = run(*start(), range(5), lower_at=1)
+    first, first_optimizer = start()
+    got = run(first, first_optimizer, range(3), lower_at=1)
+    first.save_checkpoint(str(tmp_path))
+    resumed, resumed_optimizer = start()
+    _, client_state = resumed.load_checkpoint(str(tmp_path))
+    assert client_state == {}  # the settings are ours to carry, not the script's
+    assert resumed_optimizer.param_groups[0]["lr"] == 2.5e-4 and resumed_optimizer.param_groups[0]["betas"] == (0.9, 0.95)
+    got += run(resumed, resumed_optimizer, range(3, 5))
+    assert got == whole
+
+
 def test_load_without_a_checkpoint_returns_none_and_a_corrupt_one_is_named(tmp_path):
     engine, *_ = dscpp.initialize(model=make_model("gpt"), config=ds_config(stage=0, grad_accum=1, world=1))
     with pytest.warns(UserWarning, match="unable to find latest"):

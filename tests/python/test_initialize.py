@@ -47,6 +47,8 @@ def test_backward_returns_the_loss_divided_by_the_accumulation_steps_as_deepspee
         c = config(train_batch_size=4 * grad_accum, gradient_accumulation_steps=grad_accum, bf16={"enabled": bf16})
         engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=c)
         loss = engine(tokens())
+        if bf16:
+            loss = loss.to(torch.bfloat16)  # this model's loss is fp32 even under bf16; a bf16 model's is bf16
         returned = engine.backward(loss)
         if grad_accum == 1:
             assert returned is loss

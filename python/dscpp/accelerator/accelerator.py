@@ -18,13 +18,17 @@ def _meminfo_bytes(field):
     return 0
 
 
-def resident_bytes():
-    """This process's resident memory (VmRSS) in bytes; 0 where /proc has none."""
+def process_memory_bytes(field="VmRSS"):
+    """A /proc/self/status figure of this process in bytes (VmRSS: resident now, VmHWM: its peak); 0 where /proc has
+    none. The CPU accelerator's memory and dscpp.runtime.utils.see_memory_usage read it."""
     try:
-        with open("/proc/self/statm") as statm:
-            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        return 0
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _numa_nodes():
@@ -109,7 +113,7 @@ class CpuAccelerator(_Accelerator):
     _name = "cpu"
 
     def __init__(self):
-        self._peak = resident_bytes()
+        self._peak = process_memory_bytes()
 
     def is_synchronized_device(self):
         return True
@@ -167,7 +171,7 @@ class CpuAccelerator(_Accelerator):
         pass
 
     def memory_allocated(self, device_index=None):
-        now = resident_bytes()
+        now = process_memory_bytes()
         self._peak = max(self._peak, now)
         return now
 
@@ -176,7 +180,7 @@ class CpuAccelerator(_Accelerator):
         return self._peak
 
     def reset_peak_memory_stats(self, device_index=None):
-        self._peak = resident_bytes()
+        self._peak = process_memory_bytes()
 
     reset_max_memory_allocated = reset_peak_memory_stats
     memory_reserved = memory_cached = memory_allocated

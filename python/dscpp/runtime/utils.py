@@ -4,17 +4,7 @@ import gc
 import torch
 import torch.distributed as dist
 
-
-def _host_gib(field):
-    """This process's VmRSS / VmHWM from /proc (Linux), in GiB; None elsewhere."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
+from ..accelerator.accelerator import process_memory_bytes
 
 
 def see_memory_usage(message, force=False):
@@ -30,6 +20,6 @@ def see_memory_usage(message, force=False):
         print(f"MA {cuda.memory_allocated() / gib:.2f} GB  Max_MA {cuda.max_memory_allocated() / gib:.2f} GB"
               f"  CA {cuda.memory_reserved() / gib:.2f} GB  Max_CA {cuda.max_memory_reserved() / gib:.2f} GB")
         torch.cuda.reset_peak_memory_stats()
-    rss, peak = _host_gib("VmRSS"), _host_gib("VmHWM")
-    if rss is not None:
-        print(f"CPU memory of this process: resident {rss:.2f} GB, peak {peak:.2f} GB")
+    rss, peak = process_memory_bytes("VmRSS"), process_memory_bytes("VmHWM")
+    if rss:
+        print(f"CPU memory of this process: resident {rss / 2**30:.2f} GB, peak {peak / 2**30:.2f} GB")

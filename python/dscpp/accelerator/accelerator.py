@@ -6,29 +6,27 @@ import os
 import torch
 
 
-def _meminfo_bytes(field):
-    """A /proc/meminfo field (MemTotal, MemAvailable) in bytes; 0 where there is none."""
+def _proc_kib_field(path, field):
+    """A "Field:  N kB" line of a /proc file, in bytes; 0 where there is none (no /proc: not Linux)."""
     try:
-        with open("/proc/meminfo") as info:
-            for line in info:
+        with open(path) as lines:
+            for line in lines:
                 if line.startswith(field + ":"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return 0
+
+
+def _meminfo_bytes(field):
+    """The machine's MemTotal or MemAvailable, in bytes."""
+    return _proc_kib_field("/proc/meminfo", field)
 
 
 def process_memory_bytes(field="VmRSS"):
-    """A /proc/self/status figure of this process in bytes (VmRSS: resident now, VmHWM: its peak); 0 where /proc has
-    none. The CPU accelerator's memory and dscpp.runtime.utils.see_memory_usage read it."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """This process's VmRSS (resident now) or VmHWM (its peak), in bytes. The CPU accelerator's memory and
+    dscpp.runtime.utils.see_memory_usage read it."""
+    return _proc_kib_field("/proc/self/status", field)
 
 
 def _numa_nodes():

@@ -271,11 +271,11 @@ void Engine::build(ModelTensors model, InitOptions options, std::vector<Preparti
   // Offloaded, the optimizer runs on the host over its store's slices; on NVMe it holds no state of its own.
   const int64_t partition = stage_->master_params().numel();
   const bool nvme = config_.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  // The kernels: the SIMD CPU Adam for an offloaded optimizer, torch's fused Adam for master weights on a GPU (where
-  // the eight in-place ops of the torch arithmetic cost eight passes over memory and their launches), else torch ops.
-  const auto kernels = offload_optimizer                        ? OptimizerKernels::kCpuSimd
-                       : stage_->master_params().device().is_cpu() ? OptimizerKernels::kTorch
-                                                                   : OptimizerKernels::kFused;
+  // The kernels: one fused pass over p, g, m and v instead of the torch arithmetic's eight passes over memory (and,
+  // on a GPU, their launches): the SIMD CPU Adam for master weights on the host (offloaded or not), torch's fused
+  // Adam for master weights on a GPU. Other optimizers, and AMSGrad, keep the torch arithmetic (flat_adam.cpp).
+  const auto kernels = offload_optimizer || stage_->master_params().device().is_cpu() ? OptimizerKernels::kCpuSimd
+                                                                                      : OptimizerKernels::kFused;
   optimizer_ = make_flat_optimizer(*optimizer_config, nvme ? 0 : partition, stage_->master_params().options(), kernels);
   if (!options.param_groups.empty()) set_param_groups(options.param_groups);
   if (offload_optimizer) {

@@ -16,12 +16,13 @@ namespace detail {
 void adam_tile_scalar(const AdamConstants& c, float* p, const float* g, float* m, float* v, int64_t n, void* p16,
                       c10::ScalarType p16_dtype) {
   for (int64_t i = 0; i < n; ++i) {
-    float param = p[i] * c.decay;
-    const float grad = g[i] + c.l2 * param;
-    const float mi = c.beta1 * m[i] + c.one_minus_beta1 * grad;
-    const float vi = c.beta2 * v[i] + c.one_minus_beta2 * grad * grad;
-    const float denom = std::sqrt(vi) * c.inv_sqrt_bc2 + c.eps;
-    param -= c.step_size * (mi / denom);
+    float param = c.decay == 1.0f ? p[i] : p[i] * c.decay;
+    const float grad = c.l2 == 0.0f ? g[i] : std::fma(param, c.l2, g[i]);
+    const float diff = grad - m[i];
+    const float mi = c.small_weight ? std::fma(c.lerp_weight, diff, m[i]) : std::fma(-diff, c.lerp_rest, grad);
+    const float vi = std::fma(c.one_minus_beta2 * grad, grad, v[i] * c.beta2);
+    const float denom = std::sqrt(vi) / c.sqrt_bc2 + c.eps;
+    param -= (c.step_size * mi) / denom;
     p[i] = param;
     m[i] = mi;
     v[i] = vi;
@@ -79,15 +80,17 @@ void cpu_adam_step(const AdamStepConfig& config, float* param, const float* grad
   const double bc1 = config.bias_correction ? 1.0 - std::pow(config.beta1, static_cast<double>(config.step)) : 1.0;
   const double bc2 = config.bias_correction ? 1.0 - std::pow(config.beta2, static_cast<double>(config.step)) : 1.0;
   const bool decoupled = config.decoupled && config.weight_decay != 0.0;
-  const detail::AdamConstants c{static_cast<float>(config.beta1),
-                                static_cast<float>(1.0 - config.beta1),
-                                static_cast<float>(config.beta2),
-                                static_cast<float>(1.0 - config.beta2),
-                                static_cast<float>(config.eps),
-                                static_cast<float>(decoupled ? 1.0 - config.lr * config.weight_decay : 1.0),
-                                static_cast<float>(config.decoupled ? 0.0 : config.weight_decay),
-                                static_cast<float>(config.lr / bc1),
-                                static_cast<float>(1.0 / std::sqrt(bc2))};
+  detail::AdamConstants c{};
+  c.lerp_weight = static_cast<float>(1.0 - config.beta1);
+  c.lerp_rest = 1.0f - c.lerp_weight;
+  c.small_weight = std::abs(c.lerp_weight) < 0.5f;
+  c.beta2 = static_cast<float>(config.beta2);
+  c.one_minus_beta2 = static_cast<float>(1.0 - config.beta2);
+  c.eps = static_cast<float>(config.eps);
+  c.decay = static_cast<float>(decoupled ? 1.0 - config.lr * config.weight_decay : 1.0);
+  c.l2 = static_cast<float>(config.decoupled ? 0.0 : config.weight_decay);
+  c.step_size = static_cast<float>(config.lr / bc1);
+  c.sqrt_bc2 = static_cast<float>(std::sqrt(bc2));
   auto* kernel = path == SimdPath::kAvx512 ? detail::adam_tile_avx512
                  : path == SimdPath::kAvx2 ? detail::adam_tile_avx2
                                            : detail::adam_tile_scalar;

@@ -1,5 +1,9 @@
-// CPU Adam, AVX2 + FMA + F16C: 8 floats per instruction; the tail goes through the scalar kernel.
+// CPU Adam, AVX2 + FMA + F16C: 8 floats per instruction; the tail (fewer than 8
+// elements) goes through the same vector arithmetic on a padded copy, so an element's result does not depend on
+// where a partition or tile boundary falls (ZeRO's layouts agree bit for bit).
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "cpu_adam_kernels.h"
 
@@ -18,36 +22,51 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128i to_bf16(__m256 x) {
   return _mm256_castsi256_si128(packed);
 }
 
+// One vector of 8 elements: p, m, v updated in place, the 16-bit copy written when p16 is not null; the arithmetic
+// of cpu_adam_kernels.h, operation for operation. Inlined into the tile loop, which hoists the constants' broadcasts.
+__attribute__((target("avx2,fma,f16c"))) inline void update(const AdamConstants& c, float* p, const float* g, float* m,
+                                                      float* v, uint16_t* p16, bool bf16) {
+  __m256 param = _mm256_loadu_ps(p);
+  if (c.decay != 1.0f) param = _mm256_mul_ps(param, _mm256_set1_ps(c.decay));
+  __m256 grad = _mm256_loadu_ps(g);
+  if (c.l2 != 0.0f) grad = _mm256_fmadd_ps(param, _mm256_set1_ps(c.l2), grad);
+  const __m256 m_old = _mm256_loadu_ps(m);
+  const __m256 diff = _mm256_sub_ps(grad, m_old);
+  const __m256 mi = c.small_weight ? _mm256_fmadd_ps(_mm256_set1_ps(c.lerp_weight), diff, m_old)
+                                   : _mm256_fnmadd_ps(diff, _mm256_set1_ps(c.lerp_rest), grad);
+  const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(c.one_minus_beta2), grad), grad,
+                                  _mm256_mul_ps(_mm256_loadu_ps(v), _mm256_set1_ps(c.beta2)));
+  const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), _mm256_set1_ps(c.sqrt_bc2)), _mm256_set1_ps(c.eps));
+  param = _mm256_sub_ps(param, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c.step_size), mi), denom));
+  _mm256_storeu_ps(p, param);
+  _mm256_storeu_ps(m, mi);
+  _mm256_storeu_ps(v, vi);
+  if (p16 == nullptr) return;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p16), bf16 ? to_bf16(param) : _mm256_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
+}
+
 }  // namespace
 
-__attribute__((target("avx2,fma,f16c"))) void adam_tile_avx2(const AdamConstants& c, float* p, const float* g,
-                                                               float* m, float* v, int64_t n, void* p16,
-                                                               c10::ScalarType p16_dtype) {
-  const __m256 beta1 = _mm256_set1_ps(c.beta1), one_minus_beta1 = _mm256_set1_ps(c.one_minus_beta1);
-  const __m256 beta2 = _mm256_set1_ps(c.beta2), one_minus_beta2 = _mm256_set1_ps(c.one_minus_beta2);
-  const __m256 eps = _mm256_set1_ps(c.eps), decay = _mm256_set1_ps(c.decay), l2 = _mm256_set1_ps(c.l2);
-  const __m256 step_size = _mm256_set1_ps(c.step_size), inv_sqrt_bc2 = _mm256_set1_ps(c.inv_sqrt_bc2);
+__attribute__((target("avx2,fma,f16c"))) void adam_tile_avx2(const AdamConstants& c, float* p, const float* g, float* m,
+                                                        float* v, int64_t n, void* p16, c10::ScalarType p16_dtype) {
   const bool bf16 = p16_dtype == c10::ScalarType::BFloat16;
+  auto* half = static_cast<uint16_t*>(p16);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 param = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
-    const __m256 grad = _mm256_fmadd_ps(l2, param, _mm256_loadu_ps(g + i));
-    const __m256 mi = _mm256_fmadd_ps(beta1, _mm256_loadu_ps(m + i), _mm256_mul_ps(one_minus_beta1, grad));
-    const __m256 vi =
-        _mm256_fmadd_ps(beta2, _mm256_loadu_ps(v + i), _mm256_mul_ps(one_minus_beta2, _mm256_mul_ps(grad, grad)));
-    const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), inv_sqrt_bc2, eps);
-    param = _mm256_fnmadd_ps(step_size, _mm256_div_ps(mi, denom), param);
-    _mm256_storeu_ps(p + i, param);
-    _mm256_storeu_ps(m + i, mi);
-    _mm256_storeu_ps(v + i, vi);
-    if (p16 == nullptr) continue;
-    auto* out = reinterpret_cast<__m128i*>(static_cast<uint16_t*>(p16) + i);
-    _mm_storeu_si128(out, bf16 ? to_bf16(param) : _mm256_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
-  }
-  if (i < n) {
-    adam_tile_scalar(c, p + i, g + i, m + i, v + i, n - i,
-                     p16 == nullptr ? nullptr : static_cast<uint16_t*>(p16) + i, p16_dtype);
-  }
+  for (; i + 8 <= n; i += 8) update(c, p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, bf16);
+  if (i == n) return;
+  // The tail, zero-padded: the padding lanes' results (finite, or NaN when eps is 0) are never copied back.
+  const int64_t rest = n - i;
+  float tp[8] = {}, tg[8] = {}, tm[8] = {}, tv[8] = {};
+  uint16_t t16[8] = {};
+  std::copy_n(p + i, rest, tp);
+  std::copy_n(g + i, rest, tg);
+  std::copy_n(m + i, rest, tm);
+  std::copy_n(v + i, rest, tv);
+  update(c, tp, tg, tm, tv, half == nullptr ? nullptr : t16, bf16);
+  std::copy_n(tp, rest, p + i);
+  std::copy_n(tm, rest, m + i);
+  std::copy_n(tv, rest, v + i);
+  if (half != nullptr) std::copy_n(t16, rest, half + i);
 }
 
 }  // namespace dscpp::detail

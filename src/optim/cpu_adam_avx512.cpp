@@ -1,5 +1,9 @@
-// CPU Adam, AVX-512 (F + BW): 16 floats per instruction; the tail goes through the scalar kernel.
+// CPU Adam, AVX-512 (F + BW): 16 floats per instruction; the tail (fewer than 16
+// elements) goes through the same vector arithmetic on a padded copy, so an element's result does not depend on
+// where a partition or tile boundary falls (ZeRO's layouts agree bit for bit).
 #include <immintrin.h>
+
+#include <algorithm>
 
 #include "cpu_adam_kernels.h"
 
@@ -16,36 +20,51 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16(__m512 x) {
   return _mm512_cvtepi32_epi16(rounded);
 }
 
+// One vector of 16 elements: p, m, v updated in place, the 16-bit copy written when p16 is not null; the arithmetic
+// of cpu_adam_kernels.h, operation for operation. Inlined into the tile loop, which hoists the constants' broadcasts.
+__attribute__((target("avx512f,avx512bw"))) inline void update(const AdamConstants& c, float* p, const float* g, float* m,
+                                                      float* v, uint16_t* p16, bool bf16) {
+  __m512 param = _mm512_loadu_ps(p);
+  if (c.decay != 1.0f) param = _mm512_mul_ps(param, _mm512_set1_ps(c.decay));
+  __m512 grad = _mm512_loadu_ps(g);
+  if (c.l2 != 0.0f) grad = _mm512_fmadd_ps(param, _mm512_set1_ps(c.l2), grad);
+  const __m512 m_old = _mm512_loadu_ps(m);
+  const __m512 diff = _mm512_sub_ps(grad, m_old);
+  const __m512 mi = c.small_weight ? _mm512_fmadd_ps(_mm512_set1_ps(c.lerp_weight), diff, m_old)
+                                   : _mm512_fnmadd_ps(diff, _mm512_set1_ps(c.lerp_rest), grad);
+  const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(c.one_minus_beta2), grad), grad,
+                                  _mm512_mul_ps(_mm512_loadu_ps(v), _mm512_set1_ps(c.beta2)));
+  const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), _mm512_set1_ps(c.sqrt_bc2)), _mm512_set1_ps(c.eps));
+  param = _mm512_sub_ps(param, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(c.step_size), mi), denom));
+  _mm512_storeu_ps(p, param);
+  _mm512_storeu_ps(m, mi);
+  _mm512_storeu_ps(v, vi);
+  if (p16 == nullptr) return;
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16), bf16 ? to_bf16(param) : _mm512_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
+}
+
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw"))) void adam_tile_avx512(const AdamConstants& c, float* p, const float* g,
-                                                                   float* m, float* v, int64_t n, void* p16,
-                                                                   c10::ScalarType p16_dtype) {
-  const __m512 beta1 = _mm512_set1_ps(c.beta1), one_minus_beta1 = _mm512_set1_ps(c.one_minus_beta1);
-  const __m512 beta2 = _mm512_set1_ps(c.beta2), one_minus_beta2 = _mm512_set1_ps(c.one_minus_beta2);
-  const __m512 eps = _mm512_set1_ps(c.eps), decay = _mm512_set1_ps(c.decay), l2 = _mm512_set1_ps(c.l2);
-  const __m512 step_size = _mm512_set1_ps(c.step_size), inv_sqrt_bc2 = _mm512_set1_ps(c.inv_sqrt_bc2);
+__attribute__((target("avx512f,avx512bw"))) void adam_tile_avx512(const AdamConstants& c, float* p, const float* g, float* m,
+                                                        float* v, int64_t n, void* p16, c10::ScalarType p16_dtype) {
   const bool bf16 = p16_dtype == c10::ScalarType::BFloat16;
+  auto* half = static_cast<uint16_t*>(p16);
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 param = _mm512_mul_ps(_mm512_loadu_ps(p + i), decay);
-    const __m512 grad = _mm512_fmadd_ps(l2, param, _mm512_loadu_ps(g + i));
-    const __m512 mi = _mm512_fmadd_ps(beta1, _mm512_loadu_ps(m + i), _mm512_mul_ps(one_minus_beta1, grad));
-    const __m512 vi =
-        _mm512_fmadd_ps(beta2, _mm512_loadu_ps(v + i), _mm512_mul_ps(one_minus_beta2, _mm512_mul_ps(grad, grad)));
-    const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), inv_sqrt_bc2, eps);
-    param = _mm512_fnmadd_ps(step_size, _mm512_div_ps(mi, denom), param);
-    _mm512_storeu_ps(p + i, param);
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    if (p16 == nullptr) continue;
-    auto* out = reinterpret_cast<__m256i*>(static_cast<uint16_t*>(p16) + i);
-    _mm256_storeu_si256(out, bf16 ? to_bf16(param) : _mm512_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
-  }
-  if (i < n) {
-    adam_tile_scalar(c, p + i, g + i, m + i, v + i, n - i,
-                     p16 == nullptr ? nullptr : static_cast<uint16_t*>(p16) + i, p16_dtype);
-  }
+  for (; i + 16 <= n; i += 16) update(c, p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, bf16);
+  if (i == n) return;
+  // The tail, zero-padded: the padding lanes' results (finite, or NaN when eps is 0) are never copied back.
+  const int64_t rest = n - i;
+  float tp[16] = {}, tg[16] = {}, tm[16] = {}, tv[16] = {};
+  uint16_t t16[16] = {};
+  std::copy_n(p + i, rest, tp);
+  std::copy_n(g + i, rest, tg);
+  std::copy_n(m + i, rest, tm);
+  std::copy_n(v + i, rest, tv);
+  update(c, tp, tg, tm, tv, half == nullptr ? nullptr : t16, bf16);
+  std::copy_n(tp, rest, p + i);
+  std::copy_n(tm, rest, m + i);
+  std::copy_n(tv, rest, v + i);
+  if (half != nullptr) std::copy_n(t16, rest, half + i);
 }
 
 }  // namespace dscpp::detail

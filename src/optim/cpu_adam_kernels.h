@@ -8,16 +8,25 @@
 
 namespace dscpp::detail {
 
-// The step's constants, derived once per step.
+// The step's constants, derived once per step, each rounded to fp32 as torch.optim rounds its Python scalars.
 struct AdamConstants {
-  float beta1, one_minus_beta1, beta2, one_minus_beta2;
+  float lerp_weight;     // 1 - beta1: exp_avg.lerp_(grad, 1 - beta1)
+  float lerp_rest;       // 1 - lerp_weight in fp32, for lerp's form at weights >= 0.5
+  bool small_weight;     // lerp_weight < 0.5: lerp as m + w·(g − m), else g − (g − m)·(1 − w) (ATen's two forms)
+  float beta2, one_minus_beta2;
   float eps;
-  float decay;          // AdamW: p *= decay (1 - lr·wd); 1 when not decoupled
-  float l2;             // L2: g += l2·p; 0 when decoupled
-  float step_size;      // lr / bias_correction1
-  float inv_sqrt_bc2;   // 1 / sqrt(bias_correction2)
+  float decay;           // AdamW: p *= decay (1 - lr·wd); 1 when not decoupled
+  float l2;              // Adam: g += l2·p; 0 when decoupled
+  float step_size;       // lr / bias_correction1
+  float sqrt_bc2;        // sqrt(bias_correction2), divided by as torch.optim divides
 };
 
+// Every path computes, per element, what torch.optim.Adam/AdamW's single-tensor step computes on the CPU (measured
+// bit for bit against torch 2.11's, tests/optim/cpu_adam_test.cpp), fused multiply-adds where ATen's kernels fuse:
+//   p = p·decay                      g = fma(p, l2, g)              (AdamW / Adam's L2, when not zero)
+//   m = fma(w, g − m, m)             (lerp, w < 0.5; else fma(−(g − m), 1 − w, g))
+//   v = fma((1 − β2)·g, g, v·β2)
+//   p = p − (step_size·m) / (sqrt(v) / sqrt(bc2) + eps)
 // Tile kernels: elements [0, n) of the given pointers; `p16` may be null.
 void adam_tile_scalar(const AdamConstants& c, float* p, const float* g, float* m, float* v, int64_t n, void* p16,
                       c10::ScalarType p16_dtype);

@@ -1,6 +1,7 @@
 """dscpp.initialize and the engine's API as DeepSpeed scripts use them, and a clear Python exception for each kind
 of bad input (never a crash, a hang or a C++ abort)."""
 import argparse
+import copy
 import json
 import os
 import subprocess
@@ -11,7 +12,7 @@ import torch
 
 import dscpp
 from models import make_model
-from training import ds_config
+from training import ReferenceAdam, ds_config
 
 
 def config(**overrides):
@@ -528,3 +529,40 @@ def test_steps_per_print_infinity_means_never_and_other_non_finite_numbers_are_r
     with pytest.raises(ValueError, match=r"config optimizer.params.lr = nan: a DeepSpeed config number must be finite"):
         dscpp.initialize(model=make_model("gpt"), config=config(optimizer={"type": "AdamW",
                                                                             "params": {"lr": float("nan")}}))
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("kind", ["AdamW", "Adam"])
+def test_adam_steps_as_torch_optim_with_a_correctly_rounded_sqrt(kind, stage):
+    """The engine's Adam/AdamW on CPU master weights (the fused SIMD kernel, src/optim/cpu_adam*.cpp) computes what
+    torch.optim's single-tensor step computes, operation for operation, with the square root correctly rounded:
+    after several steps every parameter equals training.ReferenceAdam's bit for bit, at every stage, and torch.optim's
+    own (whose CPU sqrt is MKL's, within an ulp) within a few ulps. "Adam" with adam_w_mode false is the L2 decay."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Linear(13, 37), torch.nn.Tanh(), torch.nn.Linear(37, 3))
+    reference, plain = copy.deepcopy(model), copy.deepcopy(model)
+    params = {"lr": 1e-2, "betas": [0.8, 0.95], "eps": 1e-7, "weight_decay": 0.1}
+    if kind == "Adam":
+        params["adam_w_mode"] = False
+    engine, _, _, _ = dscpp.initialize(model=model, config={
+        "train_batch_size": 8, "optimizer": {"type": kind, "params": params}, "gradient_clipping": 0.0,
+        "zero_optimization": {"stage": stage}})
+    optimizers = [
+        ReferenceAdam(reference.parameters(), lr=1e-2, betas=(0.8, 0.95), eps=1e-7, weight_decay=0.1,
+                      decoupled=kind == "AdamW"),
+        (torch.optim.AdamW if kind == "AdamW" else torch.optim.Adam)(
+            plain.parameters(), lr=1e-2, betas=(0.8, 0.95), eps=1e-7, weight_decay=0.1, foreach=False)]
+    data = torch.Generator().manual_seed(6)
+    for step in range(4):
+        x, y = torch.randn(8, 13, generator=data), torch.randn(8, 3, generator=data)
+        engine.backward(torch.nn.functional.mse_loss(engine(x), y))
+        engine.step()
+        for net, optimizer in zip((reference, plain), optimizers):
+            torch.nn.functional.mse_loss(net(x), y).backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    with dscpp.zero.GatheredParameters(list(model.parameters())):
+        for (name, ours), exact, torchs in zip(model.named_parameters(), reference.parameters(), plain.parameters()):
+            assert torch.equal(ours.detach(), exact.detach()), (name, (ours - exact).abs().max().item())
+            assert torch.allclose(ours.detach(), torchs.detach(), rtol=0, atol=1e-6), name
+

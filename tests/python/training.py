@@ -25,6 +25,39 @@ def decay_groups(model):
             {"params": [p for p in params if p.dim() < 2], "weight_decay": VECTOR_DECAY, "lr": VECTOR_LR}]
 
 
+class ReferenceAdam(torch.optim.Optimizer):
+    """torch.optim.AdamW's single-tensor step (Adam's L2 decay with decoupled=False), operation for operation, but
+    for one: the square root of the second moment is correctly rounded, as the engine's CPU Adam (and DeepSpeed's)
+    takes it. torch's CPU sqrt goes through MKL's vector math, within an ulp, not correctly rounded; a ResNet's
+    BatchNorm amplifies that ulp past 1e-5 within three steps, so the plain loop takes the correctly rounded one."""
+
+    def __init__(self, params, lr, weight_decay, betas=(0.9, 0.999), eps=1e-8, decoupled=True):
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, betas=betas, eps=eps))
+        self.decoupled = decoupled
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, wd, (beta1, beta2), eps = group["lr"], group["weight_decay"], group["betas"], group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                step, m, v, grad = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
+                if wd != 0 and self.decoupled:
+                    p.mul_(1 - lr * wd)
+                elif wd != 0:
+                    grad = grad.add(p, alpha=wd)
+                m.lerp_(grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                root = v.double().sqrt().float()  # correctly rounded: fp32's sqrt is the rounded exact root
+                denom = (root / (1 - beta2 ** step) ** 0.5).add_(eps)
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1 ** step))
+
+
 def ds_config(stage, grad_accum, world, dtype="fp32"):
     config = {
         "train_batch_size": MICRO * grad_accum * world,
@@ -80,13 +113,13 @@ def clip_as_the_engine(params, max_norm):
 
 
 def reference_losses(kind, grad_accum, world, steps, grouped=False, reduce_each_micro_step=False):
-    """The plain loop over the same chunks. Gradients are summed in the order data parallelism sums them: each
+    """The plain loop over the same chunks, AdamW as torch.optim's with a correctly rounded sqrt (ReferenceAdam). Gradients are summed in the order data parallelism sums them: each
     rank's micro-batches (k·world + r) in turn, then the ranks' sums in rank order, as the all-reduce adds them —
     or, with reduce_each_micro_step (ZeRO-2 and -3, which reduce every micro-step into their partitions), each
     micro-step's gradients over the ranks first, then the micro-steps in turn. Adding the chunks in another order
     rounds differently, and a ResNet's BatchNorm amplifies that past 1e-5 within three steps on some CPUs."""
     model = make_model(kind)
-    optimizer = torch.optim.AdamW(decay_groups(model) if grouped else model.parameters(), lr=LR, weight_decay=WD)
+    optimizer = ReferenceAdam(decay_groups(model) if grouped else model.parameters(), lr=LR, weight_decay=WD)
     params = [p for p in model.parameters() if p.requires_grad]
     chunks = grad_accum * world
     losses = []

@@ -103,8 +103,10 @@ class FlatOptimizer {
 
 // Which arithmetic updates the partition.
 enum class OptimizerKernels {
-  kTorch,    // in-place torch ops, on any device: the reference every stage agrees with bit for bit
-  kCpuSimd,  // Adam/AdamW on host tensors through the fused SIMD CPU Adam (offload); ≤ 1e-6 relative from kTorch
+  kTorch,    // in-place torch ops, on any device: the reference the fused kernels are tested against
+  // Adam/AdamW on host tensors through the fused SIMD CPU Adam (cpu_adam.h): the engine's choice for master weights
+  // on the host, offloaded or not; ≤ 1e-6 relative from kTorch, and the same bits wherever a partition boundary falls
+  kCpuSimd,
   // Adam/AdamW through torch's fused kernel (torch.optim's fused=True: one pass over p, g, m and v instead of
   // eight); ≤ 1e-6 relative from kTorch. The engine's choice when the master weights live on a GPU. The other
   // optimizers, and Adam without bias correction (which the fused kernel always applies), keep kTorch's arithmetic.

@@ -21,8 +21,10 @@ struct AdamConstants {
   float sqrt_bc2;        // sqrt(bias_correction2), divided by as torch.optim divides
 };
 
-// Every path computes, per element, what torch.optim.Adam/AdamW's single-tensor step computes on the CPU (measured
-// bit for bit against torch 2.11's, tests/optim/cpu_adam_test.cpp), fused multiply-adds where ATen's kernels fuse:
+// Every path computes, per element, what torch.optim.Adam/AdamW's single-tensor step computes on the CPU, fused
+// multiply-adds where ATen's kernels fuse, but for the square root, correctly rounded here (torch's CPU sqrt is MKL's,
+// within an ulp): tests/python/test_initialize.py holds the engine bit for bit to tests/python/training.py's
+// ReferenceAdam, which is torch.optim's step with that root.
 //   p = p·decay                      g = fma(p, l2, g)              (AdamW / Adam's L2, when not zero)
 //   m = fma(w, g − m, m)             (lerp, w < 0.5; else fma(−(g − m), 1 − w, g))
 //   v = fma((1 − β2)·g, g, v·β2)

@@ -22,9 +22,10 @@ TORCH_PIN=2.11.0
 # torchvision 0.26 is torch 2.11's; scikit-build-core is pyproject.toml's build backend (the pip-install test builds
 # without isolation, so it comes from here).
 # wheel: building DeepSpeed's source distribution (below) needs bdist_wheel, which this setuptools lacks.
-# accelerate, transformers: Hugging Face's DeepSpeed paths run on real DeepSpeed and on ours (tests/conformance).
+# accelerate, transformers, trl (+ its datasets): Hugging Face's DeepSpeed paths run on real DeepSpeed and on ours
+# (tests/conformance).
 PYTHON_TEST_PACKAGES=(pytest==9.2.0 numpy==2.4.6 torchvision==0.26.0 scikit-build-core==1.1.2 wheel==0.45.1
-  accelerate==1.15.0 transformers==5.24.0)
+  accelerate==1.15.0 transformers==5.24.0 trl==1.16.0 datasets==5.2.0)
 # Real DeepSpeed, the reference tests/conformance runs the same scripts on (never imported by the engine). PyPI has its
 # source only; built without isolation against this torch (isolation would download a second torch), no ops compiled.
 DEEPSPEED_PIN=0.19.8

@@ -15,14 +15,16 @@ def torch_lib_dir():
     return os.path.join(list(spec.submodule_search_locations)[0], "lib")
 
 
-def main():
+def main(argv=None):
+    """`dscpp ARGV...` (default: this process's arguments)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     binary = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "dscpp")
     if not os.path.exists(binary):
         sys.exit(f"dscpp: {binary} is missing; this package was not installed by pip (a build tree has build/dscpp)")
     os.environ.setdefault("DSCPP_PYTHON", sys.executable)
     library_path = os.environ.get("LD_LIBRARY_PATH")
     os.environ["LD_LIBRARY_PATH"] = torch_lib_dir() + (os.pathsep + library_path if library_path else "")
-    os.execv(binary, [binary] + sys.argv[1:])
+    os.execv(binary, [binary] + argv)
 
 
 if __name__ == "__main__":

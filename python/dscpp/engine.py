@@ -8,6 +8,7 @@ One training step, as a script sees it and where it runs:
 The module's parameters are the engine's: it re-points their data (casts, flat views, shards) in place, so the
 module and the engine never hold two copies.
 """
+import collections
 import gc
 import json
 import os
@@ -15,6 +16,7 @@ import re
 import warnings
 
 import torch
+import torch.distributed as dist
 
 from . import checkpointing
 from .moe.layer import MoE
@@ -118,23 +120,25 @@ class DeepSpeedEngine:
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales `loss` (the micro-batch's mean) by the loss scale / gradient_accumulation_steps and backpropagates;
         the gradients go into this rank's shard. Returns what DeepSpeed's returns: `loss` divided by
-        gradient_accumulation_steps (in the loss's dtype) when that is above 1, else `loss`."""
+        gradient_accumulation_steps (in the loss's dtype) when that is above 1, else `loss`.
+
+        scale_wrt_gas=False: the caller divided the loss already (the Hugging Face Trainer passes loss / accumulation
+        steps), so it is backpropagated as it is and returned unchanged. The C++ engine always divides (and counts the
+        loss it reports as the micro-batch's), so it is handed loss × gradient_accumulation_steps: the same gradients,
+        exactly when the count is a power of two, else within an fp32 rounding."""
         if retain_graph:
             raise NotImplementedError("engine.backward(retain_graph=True) is not supported by deepspeed.cpp")
-        if not scale_wrt_gas:
-            raise NotImplementedError("engine.backward(scale_wrt_gas=False) is not supported by deepspeed.cpp: the "
-                                      "loss is always divided by gradient_accumulation_steps")
         if not isinstance(loss, torch.Tensor):
             raise TypeError(f"engine.backward: loss must be a tensor, got {type(loss).__name__}")
         if not self._forwarded:
             raise RuntimeError("engine.backward: no forward ran since the last backward; compute the loss from "
                                "engine(batch) (the engine's forward), then call backward once")
         self._forwarded = False
-        self._engine.backward(loss)
+        steps = self.gradient_accumulation_steps()
+        self._engine.backward(loss if scale_wrt_gas or steps == 1 else loss * steps)
         self._gathered_for_backward = False
         self._backwarded = True
-        steps = self.gradient_accumulation_steps()
-        return loss.detach() / steps if steps > 1 else loss
+        return loss.detach() / steps if scale_wrt_gas and steps > 1 else loss
 
     def step(self, lr_kwargs=None):
         """Ends the micro-step; on an accumulation boundary the optimizer steps (unless the loss scale overflowed)."""
@@ -384,6 +388,45 @@ class DeepSpeedEngine:
                 for group, lr in zip(self.optimizer.param_groups, self._client_scheduler.get_last_lr()):
                     group["lr"] = lr  # the engine takes them at the next optimizer step
         return path, client_state
+
+    def zero_gather_16bit_weights_on_model_save(self):
+        """zero_optimization.stage3_gather_16bit_weights_on_model_save: whether a ZeRO-3 model save gathers the
+        whole weights (Accelerate's get_state_dict and the Trainer's save_model ask before they do)."""
+        return bool(self._config.get("zero_optimization", {}).get("stage3_gather_16bit_weights_on_model_save", False))
+
+    def _zero3_consolidated_16bit_state_dict(self, exclude_frozen_parameters=False):
+        """DeepSpeed's: the module's state_dict with whole weights (in the compute dtype) on rank 0, None on the
+        others; collective. Gathered one module at a time, so at most one module's parameters are whole at once
+        (each copied out before its shards are released); a parameter two modules share appears under both names as
+        one tensor, as nn.Module.state_dict gives it; persistent buffers as they are. Accelerate's get_state_dict
+        and the Trainer's save_model under ZeRO-3 call it."""
+        if self.zero_optimization_stage() != 3:
+            raise ValueError("_zero3_consolidated_16bit_state_dict: this function requires ZeRO-3 mode (the "
+                             "module's state_dict() is whole at stages 0-2)")
+        rank0 = not dist.is_initialized() or dist.get_rank() == 0
+        state = collections.OrderedDict() if rank0 else None
+        first_name = {}  # id(parameter) -> the key it was first written under
+
+        def visit(module, prefix):
+            params = list(module.parameters(recurse=False))
+            with gathered.GatheredParameters(params):
+                if rank0:
+                    for name, p in module.named_parameters(recurse=False):
+                        if exclude_frozen_parameters and not p.requires_grad:
+                            continue
+                        if id(p) in first_name:
+                            state[prefix + name] = state[first_name[id(p)]]
+                        else:
+                            state[prefix + name] = p.detach().clone()  # the whole value exists only in here
+                            first_name[id(p)] = prefix + name
+                    for name, buffer in module.named_buffers(recurse=False):
+                        if buffer is not None and name not in module._non_persistent_buffers_set:
+                            state[prefix + name] = buffer.detach().clone()
+            for name, child in module.named_children():
+                visit(child, prefix + name + ".")
+
+        visit(self.module, "")
+        return state
 
     def save_16bit_model(self, save_dir, save_filename="model.safetensors"):
         """Collective. The whole weights in the compute dtype, as one safetensors file written by rank 0 (under ZeRO-3

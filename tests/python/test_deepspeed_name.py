@@ -34,12 +34,15 @@ import deepspeed.zero, deepspeed.moe.layer, deepspeed.ops.adam, deepspeed.runtim
 from deepspeed.runtime.lr_schedules import WarmupLR
 from deepspeed.utils import RepeatingLoader
 from deepspeed.accelerator import get_accelerator
+from deepspeed.launcher.runner import DEEPSPEED_ENVIRONMENT_NAME
+from deepspeed.runtime.zero.partition_parameters import GatheredParameters, ZeroParamStatus
 pairs = [(deepspeed.initialize, dscpp.initialize), (deepspeed.init_distributed, dscpp.init_distributed),
          (dist, dscpp.comm), (deepspeed.zero.Init, dscpp.zero.Init), (deepspeed.moe.layer.MoE, dscpp.moe.layer.MoE),
          (deepspeed.ops.adam.DeepSpeedCPUAdam, dscpp.ops.adam.DeepSpeedCPUAdam),
          (WarmupLR, dscpp.runtime.lr_schedules.WarmupLR),
          (RepeatingLoader, dscpp.utils.RepeatingLoader), (deepspeed.checkpointing, dscpp.checkpointing),
-         (get_accelerator, dscpp.accelerator.get_accelerator)]
+         (get_accelerator, dscpp.accelerator.get_accelerator),
+         (GatheredParameters, dscpp.zero.GatheredParameters), (ZeroParamStatus, dscpp.zero.parameter.ZeroParamStatus)]
 try:
     import deepspeed.pipe
     missing = None
@@ -48,13 +51,17 @@ except ModuleNotFoundError as e:
 print(json.dumps({"same": [a is b for a, b in pairs], "file": deepspeed.__file__, "version": deepspeed.__version__,
                   "metadata": importlib.metadata.version("deepspeed"),
                   "parts": [deepspeed.__version_major__, deepspeed.__version_minor__, deepspeed.__version_patch__],
-                  "dscpp_spec": dscpp.comm.__spec__.name, "missing": missing}))
+                  "dscpp_spec": dscpp.comm.__spec__.name, "missing": missing, "env_file": DEEPSPEED_ENVIRONMENT_NAME}))
 """)
     seen = json.loads(out.splitlines()[-1])
     assert all(seen["same"]), seen["same"]
     assert seen["file"].startswith(name_dir)
     assert seen["dscpp_spec"] == "dscpp.comm"  # dscpp stays itself under its own name
     assert seen["missing"] == "No module named 'deepspeed.pipe': deepspeed.cpp (dscpp) has no 'dscpp.pipe'"
+    assert seen["env_file"] == ".deepspeed_env"  # the file our launcher exports to every node, as DeepSpeed's
+    # DeepSpeed's command, as Accelerate's multi-node launch runs it: `dscpp launch` (dscpp.launcher.runner:main).
+    with open(os.path.join(name_dir, "bin", "deepspeed")) as f:
+        assert "from dscpp.launcher.runner import main" in f.read()
     # The version Accelerate and Transformers read: the DeepSpeed release tests/conformance holds us to.
     pin = re.search(r"^DEEPSPEED_PIN=(\S+)$", open(os.path.join(ROOT, "scripts", "setup.sh")).read(), re.M).group(1)
     assert seen["version"] == seen["metadata"] == pin

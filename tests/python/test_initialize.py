@@ -566,3 +566,77 @@ def test_adam_steps_as_torch_optim_with_a_correctly_rounded_sqrt(kind, stage):
             assert torch.equal(ours.detach(), exact.detach()), (name, (ours - exact).abs().max().item())
             assert torch.allclose(ours.detach(), torchs.detach(), rtol=0, atol=1e-6), name
 
+
+def test_backward_with_scale_wrt_gas_false_takes_the_loss_as_divided_by_the_caller():
+    """The Hugging Face Trainer divides the loss by the accumulation steps itself and passes scale_wrt_gas=False:
+    the same gradients (and weights) as DeepSpeed's own division, and the loss handed back as it came."""
+    weights = []
+    for scale_wrt_gas in (True, False):
+        torch.manual_seed(1)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+        engine, _, _, _ = dscpp.initialize(model=model, config={
+            "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+            "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}})
+        data = torch.Generator().manual_seed(2)
+        for _ in range(4):
+            loss = torch.nn.functional.mse_loss(engine(torch.randn(4, 6, generator=data)),
+                                                torch.randn(4, 1, generator=data))
+            if scale_wrt_gas:
+                engine.backward(loss)
+            else:
+                divided = loss / 2
+                assert engine.backward(divided, scale_wrt_gas=False) is divided
+            engine.step()
+        assert engine.global_steps == 2
+        weights.append([p.detach().clone() for p in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+
+
+class TiedModel(torch.nn.Module):
+    """An embedding and a head sharing one weight (GPT-2's tie), and a persistent and a non-persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.head = torch.nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("scratch", torch.zeros(3), persistent=False)
+
+    def forward(self, ids):
+        return torch.nn.functional.cross_entropy(self.head(self.norm(self.embed(ids))), ids)
+
+
+def test_zero3_consolidated_state_dict_is_the_modules_whole_state_dict():
+    """_zero3_consolidated_16bit_state_dict (Accelerate's get_state_dict and the Trainer's save_model under ZeRO-3):
+    the keys and whole values of the module's state_dict as a ZeRO-0 run of the same steps has them, the tied weight
+    one tensor under both names, persistent buffers only; and each parameter's ds_status as DeepSpeed reports it."""
+    from dscpp.runtime.zero.partition_parameters import ZeroParamStatus
+    states = {}
+    for stage in (0, 3):
+        torch.manual_seed(4)
+        model = TiedModel()
+        engine, _, _, _ = dscpp.initialize(model=model, config={
+            "train_batch_size": 6, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+            "zero_optimization": {"stage": stage, "stage3_gather_16bit_weights_on_model_save": True,
+                                  "stage3_param_persistence_threshold": 0}})
+        for step in range(2):
+            engine.backward(engine(torch.randint(0, 32, (6,), generator=torch.Generator().manual_seed(step))))
+            engine.step()
+        if stage == 0:
+            states[stage] = model.state_dict()
+            with pytest.raises(ValueError, match="requires ZeRO-3"):
+                engine._zero3_consolidated_16bit_state_dict()
+            continue
+        assert engine.zero_gather_16bit_weights_on_model_save()
+        weight = model.embed.weight
+        assert weight.ds_status == ZeroParamStatus.NOT_AVAILABLE  # released between steps
+        with dscpp.zero.GatheredParameters([weight]):
+            assert weight.ds_status == ZeroParamStatus.AVAILABLE
+        states[stage] = engine._zero3_consolidated_16bit_state_dict()
+        assert states[stage]["head.weight"] is states[stage]["embed.weight"]
+        engine.destroy()
+        assert type(weight) is torch.nn.Parameter  # destroy gives the parameters their class back
+    assert list(states[3]) == list(states[0])  # the same keys in the same order; "scratch" in neither
+    for key, value in states[0].items():
+        assert torch.allclose(states[3][key], value, rtol=0, atol=1e-6), key

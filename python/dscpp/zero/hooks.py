@@ -14,6 +14,8 @@ import functools
 
 import torch
 
+from . import parameter
+
 
 def output_tensors(outputs):
     """The tensors in a forward's outputs (nested tuples, lists, dicts, HF ModelOutputs)."""
@@ -81,6 +83,7 @@ def install(model, engine, units):
     for module in model.modules():
         # From items(): building from the mapping would read each parameter through the old dict's __getitem__.
         module._parameters = _FetchingParameters(module._parameters.items(), engine.fetch_param)
+        parameter.adopt(dict.values(module._parameters))  # DeepSpeed's ds_status on each (parameter.py)
     return handles
 
 
@@ -91,3 +94,4 @@ def uninstall(model, handles):
     for module in model.modules():
         if isinstance(module._parameters, _FetchingParameters):
             module._parameters = dict(dict.items(module._parameters))  # nn.Module keeps a plain dict
+        parameter.release(module._parameters.values())

@@ -236,7 +236,15 @@ class Init:
                                  "bfloat16)")
             config = dict(train_micro_batch_size_per_gpu=1, zero_optimization={"stage": 3}, **section)
         as_dict, path = dict_or_path(config, "dscpp.zero.Init", "config_dict_or_path")
-        return (path, True) if path is not None else (json.dumps(as_dict), False)
+        if path is not None:
+            with open(path) as f:
+                as_dict = json.load(f)
+        # Only what partitioning reads — zero_optimization and the compute dtype — with the keys still "auto"
+        # dropped, as DeepSpeed's config model drops them: Transformers builds a ZeRO-3 model under its Trainer
+        # config before the keys that depend on the model (bucket sizes, the schedule's step counts) are filled. The
+        # rest (batch, optimizer, scheduler) is initialize's to check, once filled; one micro-batch stands in here.
+        kept = {key: as_dict[key] for key in ("zero_optimization", "fp16", "bf16") if key in as_dict}
+        return json.dumps(dict(_without_auto(kept), train_micro_batch_size_per_gpu=1)), False
 
     def _wrap(self, cls):
         init = cls.__dict__.get("__init__")
@@ -268,6 +276,15 @@ class Init:
         fetched, self._fetched = self._fetched, []
         for record in fetched:
             record.init.repartition(record.unit, 0)  # rank 0's values, as when the unit was first cut down
+
+
+def _without_auto(value):
+    """`value` (a config's JSON) without the entries whose value is the string "auto"."""
+    if isinstance(value, dict):
+        return {k: _without_auto(v) for k, v in value.items() if not (isinstance(v, str) and v == "auto")}
+    if isinstance(value, list):
+        return [_without_auto(v) for v in value]
+    return value
 
 
 def _still_building(module):

@@ -1,0 +1,1 @@
+"""`deepspeed.launcher`: the `deepspeed` command's module, over our launcher (`dscpp launch`)."""

@@ -1,0 +1,109 @@
+"""The Hugging Face Trainer with DeepSpeed (seed 001's way in): `TrainingArguments(deepspeed=CONFIG)` with the
+Trainer's own "auto" configs, on a tiny LLaMA-style or GPT-2-style causal LM built from a config (no download), over
+random token rows the script makes; or, with --trainer sft, TRL's SFTTrainer (`SFTConfig(deepspeed=CONFIG)`) over the
+same rows as a pre-tokenized dataset, with a word-level tokenizer made here. Nothing in it names an engine: `import deepspeed` inside Transformers and
+Accelerate is real DeepSpeed or, with python/deepspeed-compat first on the path, ours. Prints one JSON line per
+optimizer step (its loss as the Trainer logs it, the lr, the gradient norm) and, at the end, a digest of the weights
+`save_model` wrote.
+    python trainer_script.py --model llama --zero_stage 2 --out OUT
+    python trainer_script.py --model llama --zero_stage 2 --out OUT --resume   # from OUT's last checkpoint
+    python trainer_script.py --trainer sft --model llama --zero_stage 3 --out OUT
+"""
+import argparse
+import json
+import os
+
+import ds_cpu  # noqa: F401  (DS_ACCELERATOR=cpu for real DeepSpeed; ours reads it too)
+import torch
+import transformers
+
+p = argparse.ArgumentParser()
+p.add_argument("--trainer", choices=["hf", "sft"], default="hf", help="transformers.Trainer or TRL's SFTTrainer")
+p.add_argument("--model", choices=["llama", "gpt2"], default="llama")
+p.add_argument("--zero_stage", type=int, choices=[2, 3], default=2)
+p.add_argument("--out", required=True)
+p.add_argument("--max_steps", type=int, default=6)
+p.add_argument("--save_steps", type=int, default=3)
+p.add_argument("--resume", action="store_true", help="resume_from_checkpoint=True: OUT's latest checkpoint-N")
+args = p.parse_args()
+
+# The Trainer's ZeRO configs as its documentation gives them: every size and rate "auto", filled from the arguments.
+CONFIG = {
+    "optimizer": {"type": "AdamW", "params": {"lr": "auto", "betas": "auto", "eps": "auto", "weight_decay": "auto"}},
+    "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": "auto", "warmup_max_lr": "auto",
+                                                      "warmup_num_steps": "auto", "total_num_steps": "auto"}},
+    "zero_optimization": {"stage": args.zero_stage, "overlap_comm": True, "contiguous_gradients": True,
+                          "reduce_bucket_size": "auto"},
+    "gradient_accumulation_steps": "auto",
+    "gradient_clipping": "auto",
+    "steps_per_print": 1000,
+    "train_batch_size": "auto",
+    "train_micro_batch_size_per_gpu": "auto",
+    "wall_clock_breakdown": False,
+}
+if args.zero_stage == 3:
+    CONFIG["zero_optimization"].update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold":
+                                        "auto", "stage3_gather_16bit_weights_on_model_save": True})
+
+settings = dict(
+    output_dir=args.out, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=args.max_steps,
+    learning_rate=5e-3, warmup_steps=2, weight_decay=0.01, logging_steps=1, save_steps=args.save_steps,
+    save_strategy="steps", report_to=[], seed=7, data_seed=7, deepspeed=CONFIG, disable_tqdm=True,
+    dataloader_num_workers=0)
+if args.trainer == "sft":
+    import trl
+    training_args = trl.SFTConfig(**settings, bf16=False)  # TRL's default is bf16; these runs compare in fp32
+else:
+    training_args = transformers.TrainingArguments(**settings)
+
+if args.model == "llama":
+    config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    model_class = transformers.LlamaForCausalLM
+else:
+    config = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    model_class = transformers.GPT2LMHeadModel
+torch.manual_seed(0)
+# Under ZeRO-3, TrainingArguments' DeepSpeed config makes _from_config build the model inside zero.Init (each
+# parameter partitioned as it is created, the initial weights drawn under GatheredParameters).
+model = model_class._from_config(config)
+
+
+class Rows(torch.utils.data.Dataset):
+    def __init__(self, n, length=16):
+        g = torch.Generator().manual_seed(1)
+        self.ids = torch.randint(0, 96, (n, length), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+class Report(transformers.TrainerCallback):
+    def on_log(self, args_, state, control, logs=None, **kwargs):
+        if state.is_world_process_zero and logs and "loss" in logs:
+            print(json.dumps({"step": state.global_step, "loss": logs["loss"], "lr": logs.get("learning_rate"),
+                              "grad_norm": logs.get("grad_norm")}), flush=True)
+
+
+if args.trainer == "sft":
+    import datasets
+    import tokenizers
+    vocabulary = {f"t{i}": i for i in range(96)}
+    tokenizer = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tokenizers.Tokenizer(tokenizers.models.WordLevel(vocabulary, unk_token="t0")),
+        pad_token="t0", eos_token="t1")
+    train = datasets.Dataset.from_dict({"input_ids": Rows(64).ids.tolist()})
+    trainer = trl.SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
+                             callbacks=[Report()])
+else:
+    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=Rows(64), callbacks=[Report()])
+trainer.train(resume_from_checkpoint=True if args.resume else None)
+final = os.path.join(args.out, "final")
+trainer.save_model(final)
+if trainer.is_world_process_zero():
+    from safetensors.torch import load_file
+    weights = load_file(os.path.join(final, "model.safetensors"))
+    print(json.dumps({"saved": {k: float(v.double().sum()) for k, v in sorted(weights.items())}}), flush=True)

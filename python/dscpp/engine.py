@@ -95,6 +95,15 @@ class DeepSpeedEngine:
         self._backwarded = False
         self._gathered_for_backward = False  # a ZeRO-3 forward's gathers wait for its backward
         self._zero3_hooks = list(zero3_hooks)
+        self._in_forward = False  # inside forward(): the module's own calls are the engine's
+        self._bare_forward = False  # the module was called by itself (below), and its forward has not ended
+        if self._zero3_hooks:
+            # Under ZeRO-3 the module may also be called by itself, as DeepSpeed's hooked module may: the Trainer
+            # evaluates self.model, generate() calls it per token. Such a forward is the engine's, without gradients:
+            # it gathers unit by unit and releases everything when it ends (first hook before the units' own,
+            # last after; the last runs even when the forward raises).
+            self._zero3_hooks += [module.register_forward_pre_hook(self._bare_forward_begins, prepend=True),
+                                  module.register_forward_hook(self._bare_forward_ends, always_call=True)]
 
     # ---- one step -------------------------------------------------------------------------------------------------
 
@@ -102,12 +111,14 @@ class DeepSpeedEngine:
         """The module's forward; its outputs are returned as they are."""
         self._engine.begin_forward()
         checkpointing._active.append(self)  # checkpointing.checkpoint inside the forward uses this engine
+        self._in_forward = True
         try:
             outputs = self.module(*args, **kwargs)
         except BaseException:
             self._engine.end_forward(False)  # nothing will come back for what the forward gathered
             raise
         finally:
+            self._in_forward = False
             checkpointing._active.pop()
         will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in output_tensors(outputs))
         self._engine.end_forward(will_backward)
@@ -116,6 +127,21 @@ class DeepSpeedEngine:
         return outputs
 
     __call__ = forward
+
+    def _bare_forward_begins(self, module, inputs):
+        if self._in_forward:
+            return
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "ZeRO-3: the model was called by itself with gradients enabled; outside the engine it runs only "
+                "without them (torch.no_grad(): evaluation, generation). To train, call the engine: engine(inputs)")
+        self._engine.begin_forward()
+        self._bare_forward = True
+
+    def _bare_forward_ends(self, module, inputs, outputs):
+        if self._bare_forward:
+            self._bare_forward = False
+            self._engine.end_forward(False)  # no backward will come: every gathered unit is released
 
     def backward(self, loss, retain_graph=False, scale_wrt_gas=True):
         """Scales `loss` (the micro-batch's mean) by the loss scale / gradient_accumulation_steps and backpropagates;

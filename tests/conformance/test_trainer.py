@@ -6,7 +6,8 @@ a second job that resumes from the step-3 checkpoint (resume_from_checkpoint: th
 RNG and state files) logs steps 4-6 exactly as the uninterrupted run did.
 - a LLaMA-style model at ZeRO-2;
 - a GPT-2-style model (its head tied to the embedding) at ZeRO-3, built under zero.Init by from_config (the
-  config's model-dependent keys still "auto" then), saved through _zero3_consolidated_16bit_state_dict;
+  config's model-dependent keys still "auto" then), evaluated every 3 steps (the Trainer calls the model itself,
+  outside the engine, under no_grad), saved through _zero3_consolidated_16bit_state_dict;
 - TRL's SFTTrainer (its SFTConfig, a pre-tokenized dataset) on the LLaMA-style model at ZeRO-3, where its fused loss
   reads the head's weight outside the head's forward and asks its ds_status (dscpp/zero/parameter.py). (Its resume
   is the Trainer's, run above.)"""
@@ -35,7 +36,8 @@ def trainer_run(args, monkeypatch, name=None):
         out = _run_ranks(1, ["trainer_script.py"] + args, timeout=600, cwd=HERE, what=what)[0]
     assert ("[deepspeed.cpp] ZeRO stage" in out) == bool(name), f"{what}:\n{out[-3000:]}"
     lines = [json.loads(line) for line in out.splitlines() if line.startswith('{"')]
-    return [r for r in lines if "step" in r], next(r["saved"] for r in lines if "saved" in r)
+    evals = [r for r in lines if "eval_step" in r]
+    return [r for r in lines if "step" in r], next(r["saved"] for r in lines if "saved" in r), evals
 
 
 def assert_same_steps(ours, theirs, first, last):
@@ -52,10 +54,18 @@ def test_the_trainer_follows_real_deepspeed_and_resumes_exactly(trainer, model, 
                                                                 monkeypatch, tmp_path):
     args = ["--trainer", trainer, "--model", model, "--zero_stage", str(stage), "--max_steps", str(STEPS),
             "--save_steps", "3"]
-    theirs, their_weights = trainer_run(args + ["--out", str(tmp_path / "theirs")], monkeypatch)
+    evaluates = trainer == "hf" and stage == 3
+    if evaluates:
+        args.append("--eval")
+    theirs, their_weights, their_evals = trainer_run(args + ["--out", str(tmp_path / "theirs")], monkeypatch)
     out = tmp_path / "ours"
-    ours, our_weights = trainer_run(args + ["--out", str(out)], monkeypatch, deepspeed_name)
+    ours, our_weights, our_evals = trainer_run(args + ["--out", str(out)], monkeypatch, deepspeed_name)
     assert_same_steps(ours, theirs, 1, STEPS)
+    # At ZeRO-3 the Trainer evaluates by calling the model itself, outside the engine (every 3 steps).
+    assert [r["eval_step"] for r in our_evals] == [r["eval_step"] for r in their_evals] == ([3, 6] if evaluates
+                                                                                             else [])
+    for a, b in zip(our_evals, their_evals):
+        assert a["eval_loss"] == pytest.approx(b["eval_loss"], abs=LOSS_TOL, rel=0), (a, b)
     # save_model's weights (their sums per tensor: the same names, the same values within the steps' tolerance)
     assert sorted(our_weights) == sorted(their_weights)
     for key in their_weights:
@@ -65,6 +75,6 @@ def test_the_trainer_follows_real_deepspeed_and_resumes_exactly(trainer, model, 
     if not resume:
         return
     shutil.rmtree(out / "checkpoint-6")  # as if the job had stopped before its last save: it resumes from step 3
-    resumed, resumed_weights = trainer_run(args + ["--out", str(out), "--resume"], monkeypatch, deepspeed_name)
+    resumed, resumed_weights, _ = trainer_run(args + ["--out", str(out), "--resume"], monkeypatch, deepspeed_name)
     assert resumed == ours[3:]  # exactly: the same engine continuing the same state
     assert resumed_weights == our_weights

@@ -3,8 +3,8 @@ Trainer's own "auto" configs, on a tiny LLaMA-style or GPT-2-style causal LM bui
 random token rows the script makes; or, with --trainer sft, TRL's SFTTrainer (`SFTConfig(deepspeed=CONFIG)`) over the
 same rows as a pre-tokenized dataset, with a word-level tokenizer made here. Nothing in it names an engine: `import deepspeed` inside Transformers and
 Accelerate is real DeepSpeed or, with python/deepspeed-compat first on the path, ours. Prints one JSON line per
-optimizer step (its loss as the Trainer logs it, the lr, the gradient norm) and, at the end, a digest of the weights
-`save_model` wrote.
+optimizer step (its loss as the Trainer logs it, the lr, the gradient norm), one per evaluation with --eval, and, at
+the end, a digest of the weights `save_model` wrote.
     python trainer_script.py --model llama --zero_stage 2 --out OUT
     python trainer_script.py --model llama --zero_stage 2 --out OUT --resume   # from OUT's last checkpoint
     python trainer_script.py --trainer sft --model llama --zero_stage 3 --out OUT
@@ -25,6 +25,8 @@ p.add_argument("--out", required=True)
 p.add_argument("--max_steps", type=int, default=6)
 p.add_argument("--save_steps", type=int, default=3)
 p.add_argument("--resume", action="store_true", help="resume_from_checkpoint=True: OUT's latest checkpoint-N")
+p.add_argument("--eval", action="store_true", help="evaluate on 16 other rows every 3 steps (the Trainer calls the "
+                                                   "model itself, outside the engine)")
 args = p.parse_args()
 
 # The Trainer's ZeRO configs as its documentation gives them: every size and rate "auto", filled from the arguments.
@@ -50,6 +52,8 @@ settings = dict(
     learning_rate=5e-3, warmup_steps=2, weight_decay=0.01, logging_steps=1, save_steps=args.save_steps,
     save_strategy="steps", report_to=[], seed=7, data_seed=7, deepspeed=CONFIG, disable_tqdm=True,
     dataloader_num_workers=0)
+if args.eval:
+    settings.update(eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4)
 if args.trainer == "sft":
     import trl
     training_args = trl.SFTConfig(**settings, bf16=False)  # TRL's default is bf16; these runs compare in fp32
@@ -70,8 +74,8 @@ model = model_class._from_config(config)
 
 
 class Rows(torch.utils.data.Dataset):
-    def __init__(self, n, length=16):
-        g = torch.Generator().manual_seed(1)
+    def __init__(self, n, length=16, seed=1):
+        g = torch.Generator().manual_seed(seed)
         self.ids = torch.randint(0, 96, (n, length), generator=g)
 
     def __len__(self):
@@ -86,6 +90,8 @@ class Report(transformers.TrainerCallback):
         if state.is_world_process_zero and logs and "loss" in logs:
             print(json.dumps({"step": state.global_step, "loss": logs["loss"], "lr": logs.get("learning_rate"),
                               "grad_norm": logs.get("grad_norm")}), flush=True)
+        if state.is_world_process_zero and logs and "eval_loss" in logs:
+            print(json.dumps({"eval_step": state.global_step, "eval_loss": logs["eval_loss"]}), flush=True)
 
 
 if args.trainer == "sft":
@@ -99,7 +105,8 @@ if args.trainer == "sft":
     trainer = trl.SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
                              callbacks=[Report()])
 else:
-    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=Rows(64), callbacks=[Report()])
+    trainer = transformers.Trainer(model=model, args=training_args, train_dataset=Rows(64),
+                                   eval_dataset=Rows(16, seed=2) if args.eval else None, callbacks=[Report()])
 trainer.train(resume_from_checkpoint=True if args.resume else None)
 final = os.path.join(args.out, "final")
 trainer.save_model(final)

@@ -640,3 +640,30 @@ def test_zero3_consolidated_state_dict_is_the_modules_whole_state_dict():
     assert list(states[3]) == list(states[0])  # the same keys in the same order; "scratch" in neither
     for key, value in states[0].items():
         assert torch.allclose(states[3][key], value, rtol=0, atol=1e-6), key
+
+
+def test_a_zero3_model_called_by_itself_evaluates_as_through_the_engine():
+    """Under ZeRO-3 the module may be called outside the engine, as DeepSpeed's hooked module may (the Trainer's
+    evaluation, generate()): without gradients it gathers unit by unit and releases all at the end, giving what the
+    engine's own forward gives; with gradients enabled it is refused, naming the way to train."""
+    torch.manual_seed(4)
+    model = TiedModel()
+    engine, _, _, _ = dscpp.initialize(model=model, config={
+        "train_batch_size": 6, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+        "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}})
+    ids = torch.randint(0, 32, (6,), generator=torch.Generator().manual_seed(0))
+    engine.backward(engine(ids))
+    engine.step()
+    engine.eval()
+    with torch.no_grad():
+        through_engine = engine(ids)
+        by_itself = model(ids)
+        again = model(ids)
+    assert torch.equal(by_itself, through_engine) and torch.equal(again, through_engine)
+    assert model.embed.weight.numel() == 0  # released when the forward ended
+    with pytest.raises(RuntimeError, match="called by itself with gradients enabled"):
+        model(ids)
+    engine.train()
+    engine.backward(engine(ids))  # the engine trains on afterwards
+    engine.step()
+    assert engine.global_steps == 2

@@ -3,8 +3,6 @@
 // where a partition or tile boundary falls (ZeRO's layouts agree bit for bit).
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "cpu_adam_kernels.h"
 
 namespace dscpp::detail {
@@ -24,8 +22,8 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128i to_bf16(__m256 x) {
 
 // One vector of 8 elements: p, m, v updated in place, the 16-bit copy written when p16 is not null; the arithmetic
 // of cpu_adam_kernels.h, operation for operation. Inlined into the tile loop, which hoists the constants' broadcasts.
-__attribute__((target("avx2,fma,f16c"))) inline void update(const AdamConstants& c, float* p, const float* g, float* m,
-                                                      float* v, uint16_t* p16, bool bf16) {
+__attribute__((target("avx2,fma,f16c"))) inline void update(const AdamConstants& c, float* p, const float* g,
+                                                      float* m, float* v, uint16_t* p16, bool bf16) {
   __m256 param = _mm256_loadu_ps(p);
   if (c.decay != 1.0f) param = _mm256_mul_ps(param, _mm256_set1_ps(c.decay));
   __m256 grad = _mm256_loadu_ps(g);
@@ -36,37 +34,31 @@ __attribute__((target("avx2,fma,f16c"))) inline void update(const AdamConstants&
                                    : _mm256_fnmadd_ps(diff, _mm256_set1_ps(c.lerp_rest), grad);
   const __m256 vi = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(c.one_minus_beta2), grad), grad,
                                   _mm256_mul_ps(_mm256_loadu_ps(v), _mm256_set1_ps(c.beta2)));
-  const __m256 denom = _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vi), _mm256_set1_ps(c.sqrt_bc2)), _mm256_set1_ps(c.eps));
+  const __m256 root = _mm256_sqrt_ps(vi);
+  const __m256 denom = _mm256_add_ps(_mm256_div_ps(root, _mm256_set1_ps(c.sqrt_bc2)), _mm256_set1_ps(c.eps));
   param = _mm256_sub_ps(param, _mm256_div_ps(_mm256_mul_ps(_mm256_set1_ps(c.step_size), mi), denom));
   _mm256_storeu_ps(p, param);
   _mm256_storeu_ps(m, mi);
   _mm256_storeu_ps(v, vi);
   if (p16 == nullptr) return;
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p16), bf16 ? to_bf16(param) : _mm256_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
+  const __m128i half = bf16 ? to_bf16(param) : _mm256_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p16), half);
 }
 
 }  // namespace
 
-__attribute__((target("avx2,fma,f16c"))) void adam_tile_avx2(const AdamConstants& c, float* p, const float* g, float* m,
-                                                        float* v, int64_t n, void* p16, c10::ScalarType p16_dtype) {
+__attribute__((target("avx2,fma,f16c"))) void adam_tile_avx2(const AdamConstants& c, float* p, const float* g,
+                                                      float* m, float* v, int64_t n, void* p16,
+                                                      c10::ScalarType p16_dtype) {
   const bool bf16 = p16_dtype == c10::ScalarType::BFloat16;
   auto* half = static_cast<uint16_t*>(p16);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) update(c, p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, bf16);
   if (i == n) return;
-  // The tail, zero-padded: the padding lanes' results (finite, or NaN when eps is 0) are never copied back.
-  const int64_t rest = n - i;
-  float tp[8] = {}, tg[8] = {}, tm[8] = {}, tv[8] = {};
-  uint16_t t16[8] = {};
-  std::copy_n(p + i, rest, tp);
-  std::copy_n(g + i, rest, tg);
-  std::copy_n(m + i, rest, tm);
-  std::copy_n(v + i, rest, tv);
-  update(c, tp, tg, tm, tv, half == nullptr ? nullptr : t16, bf16);
-  std::copy_n(tp, rest, p + i);
-  std::copy_n(tm, rest, m + i);
-  std::copy_n(tv, rest, v + i);
-  if (half != nullptr) std::copy_n(t16, rest, half + i);
+  update_tail<8>(p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, n - i,
+                  [&](float* tp, const float* tg, float* tm, float* tv, uint16_t* t16) {
+                    update(c, tp, tg, tm, tv, t16, bf16);
+                  });
 }
 
 }  // namespace dscpp::detail

@@ -3,8 +3,6 @@
 // where a partition or tile boundary falls (ZeRO's layouts agree bit for bit).
 #include <immintrin.h>
 
-#include <algorithm>
-
 #include "cpu_adam_kernels.h"
 
 namespace dscpp::detail {
@@ -22,8 +20,8 @@ __attribute__((target("avx512f,avx512bw"))) inline __m256i to_bf16(__m512 x) {
 
 // One vector of 16 elements: p, m, v updated in place, the 16-bit copy written when p16 is not null; the arithmetic
 // of cpu_adam_kernels.h, operation for operation. Inlined into the tile loop, which hoists the constants' broadcasts.
-__attribute__((target("avx512f,avx512bw"))) inline void update(const AdamConstants& c, float* p, const float* g, float* m,
-                                                      float* v, uint16_t* p16, bool bf16) {
+__attribute__((target("avx512f,avx512bw"))) inline void update(const AdamConstants& c, float* p, const float* g,
+                                                      float* m, float* v, uint16_t* p16, bool bf16) {
   __m512 param = _mm512_loadu_ps(p);
   if (c.decay != 1.0f) param = _mm512_mul_ps(param, _mm512_set1_ps(c.decay));
   __m512 grad = _mm512_loadu_ps(g);
@@ -34,37 +32,31 @@ __attribute__((target("avx512f,avx512bw"))) inline void update(const AdamConstan
                                    : _mm512_fnmadd_ps(diff, _mm512_set1_ps(c.lerp_rest), grad);
   const __m512 vi = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(c.one_minus_beta2), grad), grad,
                                   _mm512_mul_ps(_mm512_loadu_ps(v), _mm512_set1_ps(c.beta2)));
-  const __m512 denom = _mm512_add_ps(_mm512_div_ps(_mm512_sqrt_ps(vi), _mm512_set1_ps(c.sqrt_bc2)), _mm512_set1_ps(c.eps));
+  const __m512 root = _mm512_sqrt_ps(vi);
+  const __m512 denom = _mm512_add_ps(_mm512_div_ps(root, _mm512_set1_ps(c.sqrt_bc2)), _mm512_set1_ps(c.eps));
   param = _mm512_sub_ps(param, _mm512_div_ps(_mm512_mul_ps(_mm512_set1_ps(c.step_size), mi), denom));
   _mm512_storeu_ps(p, param);
   _mm512_storeu_ps(m, mi);
   _mm512_storeu_ps(v, vi);
   if (p16 == nullptr) return;
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16), bf16 ? to_bf16(param) : _mm512_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT));
+  const __m256i half = bf16 ? to_bf16(param) : _mm512_cvtps_ph(param, _MM_FROUND_TO_NEAREST_INT);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p16), half);
 }
 
 }  // namespace
 
-__attribute__((target("avx512f,avx512bw"))) void adam_tile_avx512(const AdamConstants& c, float* p, const float* g, float* m,
-                                                        float* v, int64_t n, void* p16, c10::ScalarType p16_dtype) {
+__attribute__((target("avx512f,avx512bw"))) void adam_tile_avx512(const AdamConstants& c, float* p, const float* g,
+                                                      float* m, float* v, int64_t n, void* p16,
+                                                      c10::ScalarType p16_dtype) {
   const bool bf16 = p16_dtype == c10::ScalarType::BFloat16;
   auto* half = static_cast<uint16_t*>(p16);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) update(c, p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, bf16);
   if (i == n) return;
-  // The tail, zero-padded: the padding lanes' results (finite, or NaN when eps is 0) are never copied back.
-  const int64_t rest = n - i;
-  float tp[16] = {}, tg[16] = {}, tm[16] = {}, tv[16] = {};
-  uint16_t t16[16] = {};
-  std::copy_n(p + i, rest, tp);
-  std::copy_n(g + i, rest, tg);
-  std::copy_n(m + i, rest, tm);
-  std::copy_n(v + i, rest, tv);
-  update(c, tp, tg, tm, tv, half == nullptr ? nullptr : t16, bf16);
-  std::copy_n(tp, rest, p + i);
-  std::copy_n(tm, rest, m + i);
-  std::copy_n(tv, rest, v + i);
-  if (half != nullptr) std::copy_n(t16, rest, half + i);
+  update_tail<16>(p + i, g + i, m + i, v + i, half == nullptr ? nullptr : half + i, n - i,
+                  [&](float* tp, const float* tg, float* tm, float* tv, uint16_t* t16) {
+                    update(c, tp, tg, tm, tv, t16, bf16);
+                  });
 }
 
 }  // namespace dscpp::detail

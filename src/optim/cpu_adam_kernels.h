@@ -4,6 +4,7 @@
 
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <cstdint>
 
 namespace dscpp::detail {
@@ -29,6 +30,24 @@ struct AdamConstants {
 //   m = fma(w, g − m, m)             (lerp, w < 0.5; else fma(−(g − m), 1 − w, g))
 //   v = fma((1 − β2)·g, g, v·β2)
 //   p = p − (step_size·m) / (sqrt(v) / sqrt(bc2) + eps)
+// The last `rest` (< kWidth) elements of a tile through a vector kernel's `update(p, g, m, v, p16)` of kWidth
+// elements: copied into zero-padded buffers, updated, copied back, so they get the same arithmetic as the vector
+// body (the padding lanes' results, finite or NaN when eps is 0, are never copied back).
+template <int kWidth, typename Update>
+void update_tail(float* p, const float* g, float* m, float* v, uint16_t* p16, int64_t rest, Update&& update) {
+  float tp[kWidth] = {}, tg[kWidth] = {}, tm[kWidth] = {}, tv[kWidth] = {};
+  uint16_t t16[kWidth] = {};
+  std::copy_n(p, rest, tp);
+  std::copy_n(g, rest, tg);
+  std::copy_n(m, rest, tm);
+  std::copy_n(v, rest, tv);
+  update(tp, tg, tm, tv, p16 == nullptr ? nullptr : t16);
+  std::copy_n(tp, rest, p);
+  std::copy_n(tm, rest, m);
+  std::copy_n(tv, rest, v);
+  if (p16 != nullptr) std::copy_n(t16, rest, p16);
+}
+
 // Tile kernels: elements [0, n) of the given pointers; `p16` may be null.
 void adam_tile_scalar(const AdamConstants& c, float* p, const float* g, float* m, float* v, int64_t n, void* p16,
                       c10::ScalarType p16_dtype);

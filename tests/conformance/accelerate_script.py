@@ -1,6 +1,6 @@
 """A Hugging Face Accelerate script with DeepSpeed (seed 003's way in): Accelerator(deepspeed_plugin=DeepSpeedPlugin)
-over a small model (with dropout unless --dropout 0), a client AdamW and a StepLR schedule, Accelerate's own gradient accumulation
-(`accumulate`), `backward`, the optimizer's and the schedule's steps; `save_state` / `load_state` and
+over a small model (with dropout unless --dropout 0), a client AdamW and a StepLR schedule, Accelerate's own gradient
+accumulation (`accumulate`), `backward`, the optimizer's and the schedule's steps; `save_state` / `load_state` and
 `skip_first_batches` for a resumed run. Nothing in it names an engine: `import deepspeed` inside Accelerate is real
 DeepSpeed or, with python/deepspeed-compat first on the path, ours. Writes one JSON line per micro-batch (its index,
 its loss, the lr it ran at, and the rank and world torch.distributed saw) to RECORDS.<rank>, then ends with
@@ -40,7 +40,8 @@ if args.from_launcher:
 else:
     accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=args.zero_stage,
                                                                gradient_accumulation_steps=args.grad_accum))
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(args.dropout), torch.nn.Linear(16, 1))
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(args.dropout),
+                            torch.nn.Linear(16, 1))
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
 # On a CPU, Accelerate's DeepSpeed path treats each process as the only one (its state has no backend there): every

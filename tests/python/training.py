@@ -113,11 +113,12 @@ def clip_as_the_engine(params, max_norm):
 
 
 def reference_losses(kind, grad_accum, world, steps, grouped=False, reduce_each_micro_step=False):
-    """The plain loop over the same chunks, AdamW as torch.optim's with a correctly rounded sqrt (ReferenceAdam). Gradients are summed in the order data parallelism sums them: each
-    rank's micro-batches (k·world + r) in turn, then the ranks' sums in rank order, as the all-reduce adds them —
-    or, with reduce_each_micro_step (ZeRO-2 and -3, which reduce every micro-step into their partitions), each
-    micro-step's gradients over the ranks first, then the micro-steps in turn. Adding the chunks in another order
-    rounds differently, and a ResNet's BatchNorm amplifies that past 1e-5 within three steps on some CPUs."""
+    """The plain loop over the same chunks, AdamW as torch.optim's with a correctly rounded sqrt (ReferenceAdam).
+    Gradients are summed in the order data parallelism sums them: each rank's micro-batches (k·world + r) in turn,
+    then the ranks' sums in rank order, as the all-reduce adds them — or, with reduce_each_micro_step (ZeRO-2 and -3,
+    which reduce every micro-step into their partitions), each micro-step's gradients over the ranks first, then the
+    micro-steps in turn. Adding the chunks in another order rounds differently, and a ResNet's BatchNorm amplifies
+    that past 1e-5 within three steps on some CPUs."""
     model = make_model(kind)
     optimizer = ReferenceAdam(decay_groups(model) if grouped else model.parameters(), lr=LR, weight_decay=WD)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -80,3 +80,24 @@ def load_json(path):
             return json.load(f)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not valid JSON: {e}") from None
+
+
+def without_auto(value):
+    """`value` (a config's JSON) without the entries whose value is the string "auto", as DeepSpeed's config models
+    (its zero_optimization section among them) drop them: Hugging Face leaves some unfilled until it knows the model."""
+    if isinstance(value, dict):
+        return {k: without_auto(v) for k, v in value.items() if not (isinstance(v, str) and v == "auto")}
+    if isinstance(value, list):
+        return [without_auto(v) for v in value]
+    return value
+
+
+def zero_section_without_auto(config_dict, config_path):
+    """(config_dict, config_path) with the "auto" entries of zero_optimization dropped, as DeepSpeed's initialize
+    drops them (TRL builds its reference model's engine before the Trainer fills the model-dependent bucket sizes);
+    a config without such entries comes back as it was (a file stays a file, whose name heads its errors)."""
+    config = config_dict if config_dict is not None else load_json(config_path)
+    zero = config.get("zero_optimization")
+    if not isinstance(zero, dict) or without_auto(zero) == zero:
+        return config_dict, config_path
+    return {**config, "zero_optimization": without_auto(zero)}, None

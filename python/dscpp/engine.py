@@ -59,24 +59,30 @@ class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
     def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
-                 param_groups=None, param_names=None, zero3_hooks=()):
+                 param_groups=None, param_names=None, zero3_hooks=(), forward_only=False):
         """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one.
         `param_names`: {id(param): the engine's name} where it differs from the module's (MoE experts, named by
         global index); the module's names otherwise. `zero3_hooks`: the handles of ZeRO-3's hooks on the module
-        (zero.hooks.install), which destroy() removes."""
+        (zero.hooks.install), which destroy() removes. `forward_only`: built without an optimizer (initialize's
+        stand-in one is never stepped, and not shown in `config`); backward and step are refused."""
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
         self._config = json.loads(engine.config_json)
         self._grouped = bool(param_groups)
-        self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self, param_groups)
+        self._forward_only = forward_only
+        # A client optimizer's lrs — set by a client scheduler after each applied step, or by the script — are the
+        # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
+        self._follows_client_lrs = client_optimizer is not None and not self._config.get("scheduler")
+        if forward_only:
+            self._config.pop("optimizer", None)
+            self.optimizer = None
+        else:
+            self.optimizer = client_optimizer if client_optimizer is not None else OptimizerView(self, param_groups)
         # The client's scheduler, which this wrapper steps and checkpoints; `lr_scheduler` is what DeepSpeed's
         # engine shows: that one, or initialize's view of the config's schedule (which the C++ engine steps and saves).
         self._client_scheduler = client_scheduler
         self.lr_scheduler = client_scheduler
-        # A client optimizer's lrs — set by a client scheduler after each applied step, or by the script — are the
-        # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
-        self._follows_client_lrs = client_optimizer is not None and not self._config.get("scheduler")
         self._follow_client_lrs()
         self._show_schedule_lrs()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -120,13 +126,19 @@ class DeepSpeedEngine:
         finally:
             self._in_forward = False
             checkpointing._active.pop()
-        will_backward = torch.is_grad_enabled() and any(t.requires_grad for t in output_tensors(outputs))
+        will_backward = (not self._forward_only and torch.is_grad_enabled() and
+                         any(t.requires_grad for t in output_tensors(outputs)))
         self._engine.end_forward(will_backward)
         self._forwarded = True
         self._gathered_for_backward = will_backward and self.zero_optimization_stage() == 3
         return outputs
 
     __call__ = forward
+
+    def _refuse_if_forward_only(self, call):
+        if self._forward_only:
+            raise RuntimeError(f"engine.{call}: this engine was initialized without an optimizer (no optimizer= and "
+                               "no \"optimizer\" section), so it runs forward only; pass one to train")
 
     def _bare_forward_begins(self, module, inputs):
         if self._in_forward:
@@ -152,6 +164,7 @@ class DeepSpeedEngine:
         steps), so it is backpropagated as it is and returned unchanged. The C++ engine always divides (and counts the
         loss it reports as the micro-batch's), so it is handed loss × gradient_accumulation_steps: the same gradients,
         exactly when the count is a power of two, else within an fp32 rounding."""
+        self._refuse_if_forward_only("backward")
         if retain_graph:
             raise NotImplementedError("engine.backward(retain_graph=True) is not supported by deepspeed.cpp")
         if not isinstance(loss, torch.Tensor):
@@ -168,6 +181,7 @@ class DeepSpeedEngine:
 
     def step(self, lr_kwargs=None):
         """Ends the micro-step; on an accumulation boundary the optimizer steps (unless the loss scale overflowed)."""
+        self._refuse_if_forward_only("step")
         if lr_kwargs is not None:
             raise NotImplementedError("engine.step(lr_kwargs=...) is not supported by deepspeed.cpp")
         if not self._backwarded:
@@ -185,6 +199,16 @@ class DeepSpeedEngine:
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
                 self._client_scheduler.step()
 
+    def _adopt_client_scheduler(self, scheduler):
+        """A client scheduler built over the config's optimizer (initialize, from the callable it was given): from
+        now on it sets the view's group lrs after each applied step, and each step uses them."""
+        if getattr(scheduler, "optimizer", None) is not self.optimizer:
+            raise ValueError("dscpp.initialize: the lr_scheduler callable made a scheduler of another optimizer than "
+                             "the one it was given (the engine's)")
+        self._client_scheduler = self.lr_scheduler = scheduler
+        self._follows_client_lrs = True
+        self._follow_client_lrs()
+
     def _follow_client_lrs(self):
         """The client optimizer's lr of each group, for the engine's next optimizer step (called before each)."""
         if not self._follows_client_lrs:
@@ -198,7 +222,7 @@ class DeepSpeedEngine:
     def _show_schedule_lrs(self):
         """Under a config "scheduler" with a client optimizer, the schedule's lrs in the client's param_groups, where
         DeepSpeed's scheduler writes them (scripts read optimizer.param_groups[0]["lr"]); the engine steps with them."""
-        if isinstance(self.optimizer, OptimizerView) or not self._config.get("scheduler"):
+        if self.optimizer is None or isinstance(self.optimizer, OptimizerView) or not self._config.get("scheduler"):
             return
         lrs = self.get_lr()
         for i, group in enumerate(self.optimizer.param_groups):

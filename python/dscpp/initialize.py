@@ -10,7 +10,7 @@ import torch.distributed as dist
 from . import _C
 from .client_optimizer import engine_groups, optimizer_parameters, optimizer_section
 from .comm import engine_comm_arguments, init_distributed
-from .config import load_json, resolve_config
+from .config import load_json, resolve_config, zero_section_without_auto
 from .engine import DeepSpeedEngine
 from .moe.parallelism import expert_parallelism
 from .runtime import lr_schedules
@@ -116,8 +116,9 @@ def _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path):
     if lr_scheduler is None:
         return None
     if client_optimizer is None:
-        raise TypeError("dscpp.initialize: a client lr_scheduler drives a client optimizer: pass optimizer= too, or "
-                        "describe the schedule in the config's \"scheduler\" section")
+        raise TypeError("dscpp.initialize: a client lr_scheduler object drives a client optimizer: pass optimizer= "
+                        "too, pass a callable that makes the scheduler from the engine's optimizer, or describe the "
+                        "schedule in the config's \"scheduler\" section")
     if not hasattr(lr_scheduler, "step"):
         if not callable(lr_scheduler):
             raise TypeError(f"dscpp.initialize: lr_scheduler must be a scheduler or a callable making one, got "
@@ -132,6 +133,10 @@ def _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path):
     return lr_scheduler
 
 
+# The forward-only engine's stand-in (see initialize): SGD without momentum keeps no state.
+_FORWARD_ONLY_OPTIMIZER = {"type": "SGD", "params": {"lr": 0.0}}
+
+
 def initialize(args=None, model=None, optimizer=None, model_parameters=None, training_data=None, lr_scheduler=None,
                distributed_port=29500, mpu=None, dist_init_required=None, collate_fn=None, config=None,
                mesh_param=None, config_params=None):
@@ -139,16 +144,17 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     `config` is a path or a dict (or args.deepspeed_config). A client `optimizer` (torch.optim.Adam, AdamW, SGD,
     Adagrad or DeepSpeedCPUAdam, or a callable making one from the parameters) becomes the config's "optimizer"
-    section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. When WORLD_SIZE > 1
-    and torch.distributed is not initialised, init_distributed() joins the job first; the engine communicates over
-    torch.distributed's default group, or with an `mpu` (Megatron's parallel state) over its data-parallel group,
-    the model being tensor parallel over its tensor-parallel group."""
+    section; a client `lr_scheduler` over it (or a callable making one) sets the lr of each step. With neither an
+    optimizer nor an "optimizer" section the engine runs forward only (the optimizer returned is None). When
+    WORLD_SIZE > 1 and torch.distributed is not initialised, init_distributed() joins the job first; the engine
+    communicates over torch.distributed's default group, or with an `mpu` (Megatron's parallel state) over its
+    data-parallel group, the model being tensor parallel over its tensor-parallel group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
     if mesh_param is not None:
         raise NotImplementedError("dscpp.initialize: mesh_param is not supported yet; pass an mpu for tensor "
                                   "parallelism")
-    config_dict, config_path = resolve_config(args, config, config_params)
+    config_dict, config_path = zero_section_without_auto(*resolve_config(args, config, config_params))
     if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(distributed_port=distributed_port)
 
@@ -180,7 +186,30 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         if any(isinstance(g, dict) for g in model_parameters):
             config = config_dict if config_dict is not None else load_json(config_path)
             groups = engine_groups(model_parameters, config.get("optimizer", {}).get("params", {}))
+    # A callable lr_scheduler with the config's optimizer (the Trainer's, for a config without "scheduler"): made,
+    # as DeepSpeed makes it, from the engine's optimizer once the engine exists.
+    scheduler_maker = None
+    if lr_scheduler is not None and client_optimizer is None and callable(lr_scheduler) and \
+            not hasattr(lr_scheduler, "step"):
+        config = config_dict if config_dict is not None else load_json(config_path)
+        if config.get("scheduler"):
+            raise ValueError("dscpp.initialize: an lr_scheduler callable was passed and the config has a "
+                             "\"scheduler\" section; keep one")
+        scheduler_maker, lr_scheduler = lr_scheduler, None
     client_scheduler = _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path)
+    forward_only, forward_only_file = False, None
+    if optimizer is None:
+        config = config_dict if config_dict is not None else load_json(config_path)
+        if "optimizer" not in config:
+            # No optimizer anywhere: DeepSpeed's engine then runs forward only (TRL's reference model, an evaluation
+            # copy). The C++ engine is built to train, so it gets a stateless SGD at lr 0 (no optimizer memory) that
+            # the wrapper never lets step: backward and step are refused, naming why.
+            if config.get("scheduler"):
+                raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
+                                 "for it to schedule (no optimizer= and no \"optimizer\" section)")
+            forward_only_file = config_path  # the file's name still heads its errors (below)
+            config_dict, config_path = {**config, "optimizer": _FORWARD_ONLY_OPTIMIZER}, None
+            forward_only = True
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
     units = zero_hooks.gather_units(model)
@@ -189,22 +218,34 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     tensor_parallel = dist.get_world_size(model_comm["model_group"]) if model_comm else 1
     experts, expert_names = expert_parallelism(model, tensor_parallel)
     names = {id(p): expert_names.get(id(p), name) for name, p in model.named_parameters()}
-    engine = _C.create_engine(
-        params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),
-        non_persistent_buffers=_non_persistent_buffers(model),
-        units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
-        config=config_path if config_path is not None else json.dumps(config_dict),
-        config_is_path=config_path is not None,
-        param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
-        untrained_params={names[id(p)] for p in untrained},
-        **model_comm, **experts, **engine_comm_arguments(group=data_group))
+    try:
+        engine = _C.create_engine(
+            params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),
+            non_persistent_buffers=_non_persistent_buffers(model),
+            units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
+            config=config_path if config_path is not None else json.dumps(config_dict),
+            config_is_path=config_path is not None,
+            param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
+            untrained_params={names[id(p)] for p in untrained},
+            **model_comm, **experts, **engine_comm_arguments(group=data_group))
+    except _C.ConfigError as e:
+        if forward_only_file is None:
+            raise
+        raise _C.ConfigError(f"{forward_only_file}: {e}") from None
     hooks = zero_hooks.install(model, engine, units) if engine.zero_stage == 3 else []
     resolved = json.loads(engine.config_json)
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
-                              param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks)
+                              param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks,
+                              forward_only=forward_only)
+    if scheduler_maker is not None:
+        if forward_only:
+            raise ValueError("dscpp.initialize: an lr_scheduler callable was passed but there is no optimizer for it "
+                             "to schedule (no optimizer= and no \"optimizer\" section)")
+        wrapper._adopt_client_scheduler(scheduler_maker(wrapper.optimizer))
+        client_scheduler = wrapper.lr_scheduler
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):
         scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], resolved.get("optimizer") or {})

@@ -5,12 +5,15 @@ loss and gradient norm the Trainer logs agree within 1e-5 and the lr exactly; th
 a second job that resumes from the step-3 checkpoint (resume_from_checkpoint: the engine's checkpoint, the Trainer's
 RNG and state files) logs steps 4-6 exactly as the uninterrupted run did.
 - a LLaMA-style model at ZeRO-2;
-- a GPT-2-style model (its head tied to the embedding) at ZeRO-3, built under zero.Init by from_config (the
-  config's model-dependent keys still "auto" then), evaluated every 3 steps (the Trainer calls the model itself,
-  outside the engine, under no_grad), saved through _zero3_consolidated_16bit_state_dict;
+- a GPT-2-style model (its head tied to the embedding) at ZeRO-3, saved by save_pretrained and loaded by
+  from_pretrained under zero.Init (the config's model-dependent keys still "auto" then; the weights written through
+  GatheredParameters(modifier_rank=0)), its vocabulary grown by resize_token_embeddings, evaluated every 3 steps (the
+  Trainer calls the model itself, outside the engine, under no_grad), saved through
+  _zero3_consolidated_16bit_state_dict;
 - TRL's SFTTrainer (its SFTConfig, a pre-tokenized dataset) on the LLaMA-style model at ZeRO-3, where its fused loss
-  reads the head's weight outside the head's forward and asks its ds_status (dscpp/zero/parameter.py). (Its resume
-  is the Trainer's, run above.)"""
+  reads the head's weight outside the head's forward and asks its ds_status (dscpp/zero/parameter.py), resumed too;
+- TRL's DPOTrainer at ZeRO-2 with a reference model, which TRL makes a second engine of (initialize without an
+  optimizer, its config's bucket sizes still "auto", at stage 0) and runs forward only."""
 import json
 import os
 import shutil
@@ -49,14 +52,14 @@ def assert_same_steps(ours, theirs, first, last):
 
 
 @pytest.mark.parametrize("trainer,model,stage,resume", [("hf", "llama", 2, True), ("hf", "gpt2", 3, True),
-                                                       ("sft", "llama", 3, False)])
+                                                       ("sft", "llama", 3, True), ("dpo", "llama", 2, False)])
 def test_the_trainer_follows_real_deepspeed_and_resumes_exactly(trainer, model, stage, resume, deepspeed_name,
                                                                 monkeypatch, tmp_path):
     args = ["--trainer", trainer, "--model", model, "--zero_stage", str(stage), "--max_steps", str(STEPS),
             "--save_steps", "3"]
     evaluates = trainer == "hf" and stage == 3
-    if evaluates:
-        args.append("--eval")
+    if evaluates:  # and loads the model with from_pretrained under zero.Init, then resizes its embeddings
+        args += ["--eval", "--pretrained"]
     theirs, their_weights, their_evals = trainer_run(args + ["--out", str(tmp_path / "theirs")], monkeypatch)
     out = tmp_path / "ours"
     ours, our_weights, our_evals = trainer_run(args + ["--out", str(out)], monkeypatch, deepspeed_name)

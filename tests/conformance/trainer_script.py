@@ -1,13 +1,16 @@
 """The Hugging Face Trainer with DeepSpeed (seed 001's way in): `TrainingArguments(deepspeed=CONFIG)` with the
 Trainer's own "auto" configs, on a tiny LLaMA-style or GPT-2-style causal LM built from a config (no download), over
 random token rows the script makes; or, with --trainer sft, TRL's SFTTrainer (`SFTConfig(deepspeed=CONFIG)`) over the
-same rows as a pre-tokenized dataset, with a word-level tokenizer made here. Nothing in it names an engine: `import deepspeed` inside Transformers and
+same rows as a pre-tokenized dataset, or with --trainer dpo, TRL's DPOTrainer over prompt/chosen/rejected texts of
+random words and a reference model (a copy of the model, which TRL prepares as a second, optimizer-less engine), with
+a word-level tokenizer made here. Nothing in it names an engine: `import deepspeed` inside Transformers and
 Accelerate is real DeepSpeed or, with python/deepspeed-compat first on the path, ours. Prints one JSON line per
 optimizer step (its loss as the Trainer logs it, the lr, the gradient norm), one per evaluation with --eval, and, at
 the end, a digest of the weights `save_model` wrote.
     python trainer_script.py --model llama --zero_stage 2 --out OUT
     python trainer_script.py --model llama --zero_stage 2 --out OUT --resume   # from OUT's last checkpoint
     python trainer_script.py --trainer sft --model llama --zero_stage 3 --out OUT
+    python trainer_script.py --trainer dpo --model llama --zero_stage 2 --out OUT
 """
 import argparse
 import json
@@ -18,13 +21,18 @@ import torch
 import transformers
 
 p = argparse.ArgumentParser()
-p.add_argument("--trainer", choices=["hf", "sft"], default="hf", help="transformers.Trainer or TRL's SFTTrainer")
+p.add_argument("--trainer", choices=["hf", "sft", "dpo"], default="hf",
+               help="transformers.Trainer, or TRL's SFTTrainer or DPOTrainer")
 p.add_argument("--model", choices=["llama", "gpt2"], default="llama")
 p.add_argument("--zero_stage", type=int, choices=[2, 3], default=2)
 p.add_argument("--out", required=True)
 p.add_argument("--max_steps", type=int, default=6)
 p.add_argument("--save_steps", type=int, default=3)
 p.add_argument("--resume", action="store_true", help="resume_from_checkpoint=True: OUT's latest checkpoint-N")
+p.add_argument("--pretrained", action="store_true",
+               help="save the model first (save_pretrained, no DeepSpeed yet), then load it with from_pretrained under "
+                    "the Trainer's config (ZeRO-3: into zero.Init, the weights through GatheredParameters) and grow "
+                    "its vocabulary with resize_token_embeddings")
 p.add_argument("--eval", action="store_true", help="evaluate on 16 other rows every 3 steps (the Trainer calls the "
                                                    "model itself, outside the engine)")
 args = p.parse_args()
@@ -47,19 +55,6 @@ if args.zero_stage == 3:
     CONFIG["zero_optimization"].update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold":
                                         "auto", "stage3_gather_16bit_weights_on_model_save": True})
 
-settings = dict(
-    output_dir=args.out, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=args.max_steps,
-    learning_rate=5e-3, warmup_steps=2, weight_decay=0.01, logging_steps=1, save_steps=args.save_steps,
-    save_strategy="steps", report_to=[], seed=7, data_seed=7, deepspeed=CONFIG, disable_tqdm=True,
-    dataloader_num_workers=0)
-if args.eval:
-    settings.update(eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4)
-if args.trainer == "sft":
-    import trl
-    training_args = trl.SFTConfig(**settings, bf16=False)  # TRL's default is bf16; these runs compare in fp32
-else:
-    training_args = transformers.TrainingArguments(**settings)
-
 if args.model == "llama":
     config = transformers.LlamaConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
@@ -68,9 +63,32 @@ else:
     config = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64)
     model_class = transformers.GPT2LMHeadModel
 torch.manual_seed(0)
-# Under ZeRO-3, TrainingArguments' DeepSpeed config makes _from_config build the model inside zero.Init (each
-# parameter partitioned as it is created, the initial weights drawn under GatheredParameters).
-model = model_class._from_config(config)
+pretrained = os.path.join(args.out, "pretrained")
+if args.pretrained and not os.path.isdir(pretrained):
+    model_class._from_config(config).save_pretrained(pretrained)  # before TrainingArguments: no DeepSpeed yet
+
+settings = dict(
+    output_dir=args.out, per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=args.max_steps,
+    learning_rate=5e-3, warmup_steps=2, weight_decay=0.01, logging_steps=1, save_steps=args.save_steps,
+    save_strategy="steps", report_to=[], seed=7, data_seed=7, deepspeed=CONFIG, disable_tqdm=True,
+    dataloader_num_workers=0)
+if args.eval:
+    settings.update(eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4)
+if args.trainer in ("sft", "dpo"):
+    import trl
+    # TRL's default is bf16; these runs compare in fp32
+    training_args = (trl.SFTConfig if args.trainer == "sft" else trl.DPOConfig)(**settings, bf16=False)
+else:
+    training_args = transformers.TrainingArguments(**settings)
+
+# Under ZeRO-3, TrainingArguments' DeepSpeed config makes _from_config / from_pretrained build the model inside
+# zero.Init (each parameter partitioned as it is created; initial or loaded weights written through
+# GatheredParameters(modifier_rank=0)).
+if args.pretrained:
+    model = model_class.from_pretrained(pretrained)
+    model.resize_token_embeddings(104)  # under ZeRO-3: gathered, copied into new partitioned embeddings
+else:
+    model = model_class._from_config(config)
 
 
 class Rows(torch.utils.data.Dataset):
@@ -94,16 +112,29 @@ class Report(transformers.TrainerCallback):
             print(json.dumps({"eval_step": state.global_step, "eval_loss": logs["eval_loss"]}), flush=True)
 
 
-if args.trainer == "sft":
+if args.trainer in ("sft", "dpo"):
+    import copy
+
     import datasets
     import tokenizers
-    vocabulary = {f"t{i}": i for i in range(96)}
-    tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tokenizers.Tokenizer(tokenizers.models.WordLevel(vocabulary, unk_token="t0")),
-        pad_token="t0", eos_token="t1")
-    train = datasets.Dataset.from_dict({"input_ids": Rows(64).ids.tolist()})
-    trainer = trl.SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
-                             callbacks=[Report()])
+    words = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(96)}, unk_token="t0"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words, pad_token="t0", eos_token="t1")
+    if args.trainer == "sft":
+        train = datasets.Dataset.from_dict({"input_ids": Rows(64).ids.tolist()})
+        trainer = trl.SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
+                                 callbacks=[Report()])
+    else:
+        g = torch.Generator().manual_seed(3)
+
+        def text(n):
+            return " ".join(f"t{int(i)}" for i in torch.randint(2, 96, (n,), generator=g))
+
+        train = datasets.Dataset.from_dict({"prompt": [text(6) for _ in range(32)],
+                                            "chosen": [text(4) for _ in range(32)],
+                                            "rejected": [text(4) for _ in range(32)]})
+        trainer = trl.DPOTrainer(model=model, ref_model=copy.deepcopy(model), args=training_args, train_dataset=train,
+                                 processing_class=tokenizer, callbacks=[Report()])
 else:
     trainer = transformers.Trainer(model=model, args=training_args, train_dataset=Rows(64),
                                    eval_dataset=Rows(16, seed=2) if args.eval else None, callbacks=[Report()])

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ..comm import engine_comm_arguments, init_distributed
-from ..config import dict_or_path
+from ..config import dict_or_path, without_auto
 from .hooks import _FetchingParameters
 
 # Each partitioned parameter, by id: (the parameter, its unit, the PartitionedInit that cut it). The unit's C++ side
@@ -244,7 +244,7 @@ class Init:
         # config before the keys that depend on the model (bucket sizes, the schedule's step counts) are filled. The
         # rest (batch, optimizer, scheduler) is initialize's to check, once filled; one micro-batch stands in here.
         kept = {key: as_dict[key] for key in ("zero_optimization", "fp16", "bf16") if key in as_dict}
-        return json.dumps(dict(_without_auto(kept), train_micro_batch_size_per_gpu=1)), False
+        return json.dumps(dict(without_auto(kept), train_micro_batch_size_per_gpu=1)), False
 
     def _wrap(self, cls):
         init = cls.__dict__.get("__init__")
@@ -276,15 +276,6 @@ class Init:
         fetched, self._fetched = self._fetched, []
         for record in fetched:
             record.init.repartition(record.unit, 0)  # rank 0's values, as when the unit was first cut down
-
-
-def _without_auto(value):
-    """`value` (a config's JSON) without the entries whose value is the string "auto"."""
-    if isinstance(value, dict):
-        return {k: _without_auto(v) for k, v in value.items() if not (isinstance(v, str) and v == "auto")}
-    if isinstance(value, list):
-        return [_without_auto(v) for v in value]
-    return value
 
 
 def _still_building(module):

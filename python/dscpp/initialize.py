@@ -207,6 +207,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             if config.get("scheduler"):
                 raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")
+            if scheduler_maker is not None:
+                raise ValueError("dscpp.initialize: an lr_scheduler callable was passed but there is no optimizer "
+                                 "for it to schedule (no optimizer= and no \"optimizer\" section)")
             forward_only_file = config_path  # the file's name still heads its errors (below)
             config_dict, config_path = {**config, "optimizer": _FORWARD_ONLY_OPTIMIZER}, None
             forward_only = True
@@ -241,9 +244,6 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                               param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks,
                               forward_only=forward_only)
     if scheduler_maker is not None:
-        if forward_only:
-            raise ValueError("dscpp.initialize: an lr_scheduler callable was passed but there is no optimizer for it "
-                             "to schedule (no optimizer= and no \"optimizer\" section)")
         wrapper._adopt_client_scheduler(scheduler_maker(wrapper.optimizer))
         client_scheduler = wrapper.lr_scheduler
     scheduler = client_scheduler

@@ -693,6 +693,9 @@ def test_without_an_optimizer_the_engine_runs_forward_only(stage):
     with pytest.raises(ValueError, match="no optimizer for it to schedule"):
         dscpp.initialize(model=TiedModel(), config={"train_micro_batch_size_per_gpu": 6, "scheduler": {
             "type": "WarmupLR", "params": {"warmup_num_steps": 2}}})
+    with pytest.raises(ValueError, match="no optimizer for it to schedule"):
+        dscpp.initialize(model=TiedModel(), config={"train_micro_batch_size_per_gpu": 6},
+                         lr_scheduler=lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, 1))
 
 
 def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 from .. import _C
 from ..comm import engine_comm_arguments, init_distributed
-from ..config import dict_or_path, without_auto
+from ..config import dict_or_path, load_json, without_auto
 from .hooks import _FetchingParameters
 
 # Each partitioned parameter, by id: (the parameter, its unit, the PartitionedInit that cut it). The unit's C++ side
@@ -237,8 +237,7 @@ class Init:
             config = dict(train_micro_batch_size_per_gpu=1, zero_optimization={"stage": 3}, **section)
         as_dict, path = dict_or_path(config, "dscpp.zero.Init", "config_dict_or_path")
         if path is not None:
-            with open(path) as f:
-                as_dict = json.load(f)
+            as_dict = load_json(path)
         # Only what partitioning reads — zero_optimization and the compute dtype — with the keys still "auto"
         # dropped, as DeepSpeed's config model drops them: Transformers builds a ZeRO-3 model under its Trainer
         # config before the keys that depend on the model (bucket sizes, the schedule's step counts) are filled. The

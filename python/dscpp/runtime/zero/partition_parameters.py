@@ -8,7 +8,8 @@ wrapper, kept for that swap, returns the constructor unchanged and nothing here 
 import torch
 
 from dscpp.accelerator import get_accelerator  # noqa: F401  (read by Transformers' wrapper)
-from dscpp.zero import GatheredParameters, Init, register_external_parameter, unregister_external_parameter  # noqa: F401
+from dscpp.zero import (GatheredParameters, Init, register_external_parameter,  # noqa: F401
+                        unregister_external_parameter)
 from dscpp.zero.parameter import ZeroParamStatus  # noqa: F401  (TRL compares a parameter's ds_status with it)
 
 # torch's own constructor, which Transformers' wrapper compares against to recognise arange.

@@ -199,14 +199,16 @@ class DeepSpeedEngine:
                 warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()` before"))
                 self._client_scheduler.step()
 
-    def _adopt_client_scheduler(self, scheduler):
-        """A client scheduler built over the config's optimizer (initialize, from the callable it was given): from
-        now on it sets the view's group lrs after each applied step, and each step uses them."""
+    def _make_client_scheduler(self, make):
+        """A client scheduler over the config's optimizer, from initialize's callable: from now on it sets the view's
+        group lrs (as it is built, then after each applied step), and each step uses them. The view shows its own
+        groups before `make` runs, so what the scheduler writes while it is built (its first lr) stays."""
+        self._follows_client_lrs = True
+        scheduler = make(self.optimizer)
         if getattr(scheduler, "optimizer", None) is not self.optimizer:
             raise ValueError("dscpp.initialize: the lr_scheduler callable made a scheduler of another optimizer than "
                              "the one it was given (the engine's)")
         self._client_scheduler = self.lr_scheduler = scheduler
-        self._follows_client_lrs = True
         self._follow_client_lrs()
 
     def _follow_client_lrs(self):

@@ -244,7 +244,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                               param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks,
                               forward_only=forward_only)
     if scheduler_maker is not None:
-        wrapper._adopt_client_scheduler(scheduler_maker(wrapper.optimizer))
+        wrapper._make_client_scheduler(scheduler_maker)
         client_scheduler = wrapper.lr_scheduler
     scheduler = client_scheduler
     if scheduler is None and resolved.get("scheduler"):

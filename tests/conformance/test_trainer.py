@@ -13,7 +13,8 @@ RNG and state files) logs steps 4-6 exactly as the uninterrupted run did.
 - TRL's SFTTrainer (its SFTConfig, a pre-tokenized dataset) on the LLaMA-style model at ZeRO-3, where its fused loss
   reads the head's weight outside the head's forward and asks its ds_status (dscpp/zero/parameter.py), resumed too;
 - TRL's DPOTrainer at ZeRO-2 with a reference model, which TRL makes a second engine of (initialize without an
-  optimizer, its config's bucket sizes still "auto", at stage 0) and runs forward only."""
+  optimizer, its config's bucket sizes still "auto", at stage 0) and runs forward only; its config has no
+  "scheduler", so the Trainer's linear schedule is made by initialize from the engine's optimizer."""
 import json
 import os
 import shutil
@@ -60,6 +61,8 @@ def test_the_trainer_follows_real_deepspeed_and_resumes_exactly(trainer, model, 
     evaluates = trainer == "hf" and stage == 3
     if evaluates:  # and loads the model with from_pretrained under zero.Init, then resizes its embeddings
         args += ["--eval", "--pretrained"]
+    if trainer == "dpo":  # the Trainer's own schedule, made by initialize from the engine's optimizer
+        args.append("--no_config_scheduler")
     theirs, their_weights, their_evals = trainer_run(args + ["--out", str(tmp_path / "theirs")], monkeypatch)
     out = tmp_path / "ours"
     ours, our_weights, our_evals = trainer_run(args + ["--out", str(out)], monkeypatch, deepspeed_name)

@@ -33,6 +33,8 @@ p.add_argument("--pretrained", action="store_true",
                help="save the model first (save_pretrained, no DeepSpeed yet), then load it with from_pretrained under "
                     "the Trainer's config (ZeRO-3: into zero.Init, the weights through GatheredParameters) and grow "
                     "its vocabulary with resize_token_embeddings")
+p.add_argument("--no_config_scheduler", action="store_true",
+               help="no \"scheduler\" section: the Trainer makes its own (linear) schedule, from the engine's optimizer")
 p.add_argument("--eval", action="store_true", help="evaluate on 16 other rows every 3 steps (the Trainer calls the "
                                                    "model itself, outside the engine)")
 args = p.parse_args()
@@ -51,6 +53,8 @@ CONFIG = {
     "train_micro_batch_size_per_gpu": "auto",
     "wall_clock_breakdown": False,
 }
+if args.no_config_scheduler:
+    del CONFIG["scheduler"]
 if args.zero_stage == 3:
     CONFIG["zero_optimization"].update({"stage3_prefetch_bucket_size": "auto", "stage3_param_persistence_threshold":
                                         "auto", "stage3_gather_16bit_weights_on_model_save": True})

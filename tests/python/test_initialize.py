@@ -709,7 +709,7 @@ def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():
 
     def make(optimizer):
         made.append(optimizer)
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: (step + 1) / 4)  # a warmup from its step 0
 
     engine, optimizer, _, scheduler = dscpp.initialize(model=model, lr_scheduler=make, config={
         "train_batch_size": 4, "gradient_clipping": 0.0,
@@ -717,7 +717,7 @@ def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():
     assert made == [optimizer] and isinstance(optimizer, torch.optim.Optimizer)
     assert scheduler is engine.lr_scheduler and scheduler.optimizer is optimizer
     reference = ReferenceAdam(plain.parameters(), lr=1e-2, weight_decay=0.1)
-    reference_schedule = torch.optim.lr_scheduler.LambdaLR(reference, lambda step: 1.0 / (step + 1))
+    reference_schedule = torch.optim.lr_scheduler.LambdaLR(reference, lambda step: (step + 1) / 4)
     data = torch.Generator().manual_seed(2)
     lrs = []
     for _ in range(3):
@@ -730,7 +730,7 @@ def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():
         reference.step()
         reference.zero_grad()
         reference_schedule.step()
-    assert lrs == pytest.approx([1e-2, 5e-3, 1e-2 / 3], rel=1e-12)
+    assert lrs == pytest.approx([2.5e-3, 5e-3, 7.5e-3], rel=1e-12)  # the schedule's first value first
     for ours, theirs in zip(model.parameters(), plain.parameters()):
         assert torch.equal(ours.detach(), theirs.detach())
     with pytest.raises(ValueError, match="keep one"):

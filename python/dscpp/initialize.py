@@ -202,8 +202,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         config = config_dict if config_dict is not None else load_json(config_path)
         if "optimizer" not in config:
             # No optimizer anywhere: DeepSpeed's engine then runs forward only (TRL's reference model, an evaluation
-            # copy). The C++ engine is built to train, so it gets a stateless SGD at lr 0 (no optimizer memory) that
-            # the wrapper never lets step: backward and step are refused, naming why.
+            # copy). The C++ engine is built to train, so it gets a stateless SGD at lr 0 (no optimizer state; its
+            # gradient buffers are still allocated) that the wrapper never lets step: backward and step are refused.
             if config.get("scheduler"):
                 raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")

@@ -750,3 +750,15 @@ def test_auto_left_in_zero_optimization_is_dropped_as_deepspeed_drops_it():
     with pytest.raises(dscpp.ConfigError, match="train_batch_size"):
         dscpp.initialize(model=torch.nn.Linear(2, 2), config={
             "train_batch_size": "auto", "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}})
+
+
+@pytest.mark.parametrize("key", ["bf16", "bfloat16"])
+def test_zero_init_takes_the_compute_dtype_from_a_config_with_auto_left(key):
+    """zero.Init reads only zero_optimization and the dtype sections of the config it is given (Transformers hands it
+    the Trainer's, "auto" still in it): the dtype, under either of DeepSpeed's names, is the one partitioning uses —
+    asking for another is refused naming both."""
+    config = {"train_batch_size": "auto", key: {"enabled": True},
+              "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"}}
+    with pytest.raises(ValueError, match="computes in torch.bfloat16"):
+        with dscpp.zero.Init(config_dict_or_path=config, dtype=torch.float32):
+            pass

@@ -242,7 +242,7 @@ class Init:
         # dropped, as DeepSpeed's config model drops them: Transformers builds a ZeRO-3 model under its Trainer
         # config before the keys that depend on the model (bucket sizes, the schedule's step counts) are filled. The
         # rest (batch, optimizer, scheduler) is initialize's to check, once filled; one micro-batch stands in here.
-        kept = {key: as_dict[key] for key in ("zero_optimization", "fp16", "bf16") if key in as_dict}
+        kept = {key: as_dict[key] for key in ("zero_optimization", "fp16", "bf16", "bfloat16") if key in as_dict}
         return json.dumps(dict(without_auto(kept), train_micro_batch_size_per_gpu=1)), False
 
     def _wrap(self, cls):

@@ -23,7 +23,7 @@ from .moe.layer import MoE
 from .optimizer_view import OptimizerView
 from .zero import gathered
 from .zero.hooks import output_tensors
-from .zero.hooks import uninstall as uninstall_zero3_hooks
+from .zero.parameter_offload import ParameterOffload
 
 
 class _Destroyed:
@@ -59,11 +59,12 @@ class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
     def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
-                 param_groups=None, param_names=None, zero3_hooks=(), forward_only=False):
+                 param_groups=None, param_names=None, zero3_units=None, forward_only=False):
         """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one.
         `param_names`: {id(param): the engine's name} where it differs from the module's (MoE experts, named by
-        global index); the module's names otherwise. `zero3_hooks`: the handles of ZeRO-3's hooks on the module
-        (zero.hooks.install), which destroy() removes. `forward_only`: built without an optimizer (initialize's
+        global index); the module's names otherwise. `zero3_units`: under ZeRO-3, the gather units the C++ engine
+        was built with (zero.hooks.gather_units), which this engine hooks into the module (ParameterOffload) until
+        destroy(); None otherwise. `forward_only`: built without an optimizer (initialize's
         stand-in one is never stepped, and not shown in `config`); backward and step are refused."""
         self.module = module
         self._engine = engine
@@ -100,16 +101,20 @@ class DeepSpeedEngine:
         self._forwarded = False
         self._backwarded = False
         self._gathered_for_backward = False  # a ZeRO-3 forward's gathers wait for its backward
-        self._zero3_hooks = list(zero3_hooks)
         self._in_forward = False  # inside forward(): the module's own calls are the engine's
         self._bare_forward = False  # the module was called by itself (below), and its forward has not ended
-        if self._zero3_hooks:
-            # Under ZeRO-3 the module may also be called by itself, as DeepSpeed's hooked module may: the Trainer
-            # evaluates self.model, generate() calls it per token. Such a forward is the engine's, without gradients:
-            # it gathers unit by unit and releases everything when it ends (first hook before the units' own,
-            # last after; the last runs even when the forward raises).
-            self._zero3_hooks += [module.register_forward_pre_hook(self._bare_forward_begins, prepend=True),
-                                  module.register_forward_hook(self._bare_forward_ends, always_call=True)]
+        # Under ZeRO-3 the module may also be called by itself, as DeepSpeed's hooked module may: the Trainer
+        # evaluates self.model, generate() calls it per token. Such a forward is the engine's, without gradients:
+        # it gathers unit by unit and releases everything when it ends (_bare_forward_begins/_ends, hooked by
+        # ParameterOffload around the units' own hooks). DeepSpeed's optimizer shows that object as
+        # parameter_offload (TRL takes the hooks off through it to generate on a gathered model); ours shows it on
+        # whichever optimizer the engine returns — the one attribute put on a client's optimizer.
+        self._parameter_offload = None
+        if zero3_units is not None:
+            self._parameter_offload = ParameterOffload(module, engine, zero3_units, self._bare_forward_begins,
+                                                       self._bare_forward_ends)
+            if self.optimizer is not None:
+                self.optimizer.parameter_offload = self._parameter_offload
 
     # ---- one step -------------------------------------------------------------------------------------------------
 
@@ -293,20 +298,18 @@ class DeepSpeedEngine:
         return self._engine.is_gradient_accumulation_boundary()
 
     def set_gradient_accumulation_boundary(self, is_boundary):
-        """DeepSpeed's, which Hugging Face Accelerate calls before each backward with its own count of micro-steps.
-        The engine counts them itself (the config's gradient_accumulation_steps), so a boundary that agrees with its
-        count is taken as it is; one that does not — Accelerate ending an epoch mid-accumulation — is refused, since
-        the engine cannot step on a partial accumulation (make the batches per epoch a multiple of
-        gradient_accumulation_steps, or let the engine count: Accelerator(..., gradient_accumulation_steps=1)).
-        Accelerate calls step() on boundaries only: a micro-step whose backward had no step() is closed here, as the
-        engine's step() off a boundary does (it only counts the micro-step)."""
+        """DeepSpeed's override of the engine's micro-step count, kept until set again: Hugging Face Accelerate sets
+        it before each backward from its own count, and to True at the end of an epoch whose batches are not a
+        multiple of gradient_accumulation_steps — that step then applies the micro-steps accumulated so far (each
+        scaled by 1/gradient_accumulation_steps, as DeepSpeed's). Accelerate calls step() on boundaries only: a
+        micro-step whose backward had no step() is closed here, as the engine's step() off a boundary does (it only
+        counts the micro-step)."""
+        if not isinstance(is_boundary, bool):
+            raise TypeError(f"engine.set_gradient_accumulation_boundary: is_boundary must be a bool, got "
+                            f"{type(is_boundary).__name__}")
         if self._backwarded:
             self.step()
-        if bool(is_boundary) != self.is_gradient_accumulation_boundary():
-            raise NotImplementedError(
-                f"engine.set_gradient_accumulation_boundary({bool(is_boundary)}): the engine is at micro-step "
-                f"{self.micro_steps} of {self.gradient_accumulation_steps()} per optimizer step, where the boundary "
-                f"is {not is_boundary}; a boundary off the engine's count is not supported")
+        self._engine.set_gradient_accumulation_boundary(is_boundary)
 
     def gradient_accumulation_steps(self):
         return self._engine.grad_accum
@@ -337,9 +340,9 @@ class DeepSpeedEngine:
         steps, as DeepSpeed leaves them); any other engine call afterwards is an error saying so."""
         if isinstance(self._engine, _Destroyed):
             return
-        if self._zero3_hooks:
-            uninstall_zero3_hooks(self.module, self._zero3_hooks)
-            self._zero3_hooks = []
+        if self._parameter_offload is not None:
+            self._parameter_offload.destroy()
+            self._parameter_offload = None
         self._engine = _Destroyed()
         gc.collect()
 

@@ -235,13 +235,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         if forward_only_file is None:
             raise
         raise _C.ConfigError(f"{forward_only_file}: {e}") from None
-    hooks = zero_hooks.install(model, engine, units) if engine.zero_stage == 3 else []
     resolved = json.loads(engine.config_json)
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
-                              param_groups=[params for params, _, _ in groups], param_names=names, zero3_hooks=hooks,
+                              param_groups=[params for params, _, _ in groups], param_names=names,
+                              zero3_units=units if engine.zero_stage == 3 else None,
                               forward_only=forward_only)
     if scheduler_maker is not None:
         wrapper._make_client_scheduler(scheduler_maker)

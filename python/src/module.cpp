@@ -194,6 +194,7 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("block"), py::arg("inputs"))
       .def("is_gradient_accumulation_boundary", &Engine::is_gradient_accumulation_boundary)
+      .def("set_gradient_accumulation_boundary", &Engine::set_gradient_accumulation_boundary, py::arg("is_boundary"))
       .def_property_readonly("rank", &Engine::rank)
       .def_property_readonly("world_size", &Engine::world_size)
       .def_property_readonly("zero_stage", [](const Engine& e) { return e.config().zero.stage; })

@@ -396,6 +396,7 @@ Engine::~Engine() {
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
+  if (boundary_override_) return *boundary_override_;
   return (progress_.micro_steps + 1) % config_.batch.grad_accum == 0;
 }
 

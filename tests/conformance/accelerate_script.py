@@ -22,7 +22,10 @@ p = argparse.ArgumentParser()
 p.add_argument("--records", required=True, help="each rank writes its JSON lines to RECORDS.<rank>")
 p.add_argument("--zero_stage", type=int, default=2)
 p.add_argument("--grad_accum", type=int, default=2)
-p.add_argument("--micro_batches", type=int, default=16)
+p.add_argument("--micro_batches", type=int, default=16, help="per epoch")
+p.add_argument("--epochs", type=int, default=1,
+               help="with micro_batches not a multiple of grad_accum, Accelerate ends each epoch on a boundary of "
+                    "its own (engine.set_gradient_accumulation_boundary(True) off the engine's count)")
 p.add_argument("--from_launcher", action="store_true",
                help="Accelerator() with no plugin: `accelerate launch --use_deepspeed ...` configures DeepSpeed")
 p.add_argument("--save_dir", help="save_state here after micro-batch --save_at (or, with --resume, load_state)")
@@ -58,17 +61,20 @@ batches = accelerator.skip_first_batches(loader, first) if first else loader
 rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
 world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
 records = open(f"{args.records}.{rank}", "w")
-for index, (x, y) in enumerate(batches, start=first):
-    lr = optimizer.param_groups[0]["lr"]
-    with accelerator.accumulate(model):
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        accelerator.backward(loss)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad()
-    records.write(json.dumps({"step": index, "loss": loss.item(), "lr": lr, "world": world, "rank": rank}) + "\n")
-    if args.save_dir and not args.resume and index + 1 == args.save_at:
-        accelerator.save_state(args.save_dir)
+for epoch in range(args.epochs):
+    for index, (x, y) in enumerate(batches if epoch == 0 else loader, start=epoch * len(loader) + (first if
+                                                                                                 epoch == 0 else 0)):
+        lr = optimizer.param_groups[0]["lr"]
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            accelerator.backward(loss)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad()
+        records.write(json.dumps({"step": index, "loss": loss.item(), "lr": lr, "world": world, "rank": rank}) +
+                      "\n")
+        if args.save_dir and not args.resume and index + 1 == args.save_at:
+            accelerator.save_state(args.save_dir)
 accelerator.end_training()
 records.write(json.dumps({"ended": True}) + "\n")  # everything above ran: what follows is interpreter shutdown
 records.close()

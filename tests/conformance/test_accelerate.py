@@ -93,6 +93,19 @@ def test_an_accelerate_script_on_one_process_follows_real_deepspeed(stage, deeps
     assert_same(ours, theirs, MICRO_BATCHES)
 
 
+def test_an_epoch_that_ends_mid_accumulation_steps_there_as_real_deepspeed(deepspeed_name, monkeypatch, tmp_path):
+    # Five batches per epoch at gradient accumulation 2: Accelerate ends each epoch with a boundary of its own
+    # (engine.set_gradient_accumulation_boundary(True) on the engine's first micro-step of a pair), whose step
+    # applies one micro-batch's gradient; the StepLR counts those steps too. ZeRO-3, two epochs.
+    args = ["--zero_stage", "3", "--grad_accum", "2", "--micro_batches", "5", "--epochs", "2", "--dropout", "0.1"]
+    theirs = one_process(args, monkeypatch, tmp_path)
+    ours = one_process(args, monkeypatch, tmp_path, deepspeed_name)
+    assert_same(ours, theirs, 10)
+    # steps after micro-batches 2, 4, 5 (the epoch's end), 7, 9, 10: the lr halves every two of them (read before
+    # each micro-batch)
+    assert [r["lr"] for r in ours] == [1e-2] * 4 + [5e-3] * 3 + [2.5e-3] * 3, ours
+
+
 def test_save_state_then_load_state_and_skip_first_batches_resumes_exactly(deepspeed_name, monkeypatch, tmp_path):
     base = ["--zero_stage", "2", "--grad_accum", "2", "--micro_batches", str(MICRO_BATCHES), "--dropout", "0",
             "--save_dir", str(tmp_path / "state"), "--save_at", str(SAVE_AT)]

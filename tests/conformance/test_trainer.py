@@ -14,7 +14,11 @@ RNG and state files) logs steps 4-6 exactly as the uninterrupted run did.
   reads the head's weight outside the head's forward and asks its ds_status (dscpp/zero/parameter.py), resumed too;
 - TRL's DPOTrainer at ZeRO-2 with a reference model, which TRL makes a second engine of (initialize without an
   optimizer, its config's bucket sizes still "auto", at stage 0) and runs forward only; its config has no
-  "scheduler", so the Trainer's linear schedule is made by initialize from the engine's optimizer."""
+  "scheduler", so the Trainer's linear schedule is made by initialize from the engine's optimizer;
+- TRL's GRPOTrainer at ZeRO-3 (four sampled completions per prompt, a reward function): each step's completions are
+  generated inside TRL's unwrap_model_for_generation, which gathers the model whole, takes the engine's hooks off
+  through engine.optimizer.parameter_offload, calls generate() on the plain module and puts the hooks back
+  (dscpp/zero/parameter_offload.py); the mean reward per step agrees too (the same completions), and it resumes."""
 import json
 import os
 import shutil
@@ -50,10 +54,13 @@ def assert_same_steps(ours, theirs, first, last):
         assert a["lr"] == b["lr"], (a, b)
         assert a["loss"] == pytest.approx(b["loss"], abs=LOSS_TOL, rel=0), (a, b)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], abs=LOSS_TOL, rel=0), (a, b)
+        if b["reward"] is not None:  # GRPO: the same completions sampled
+            assert a["reward"] == pytest.approx(b["reward"], abs=LOSS_TOL, rel=0), (a, b)
 
 
 @pytest.mark.parametrize("trainer,model,stage,resume", [("hf", "llama", 2, True), ("hf", "gpt2", 3, True),
-                                                       ("sft", "llama", 3, True), ("dpo", "llama", 2, False)])
+                                                       ("sft", "llama", 3, True), ("dpo", "llama", 2, False),
+                                                       ("grpo", "llama", 3, True)])
 def test_the_trainer_follows_real_deepspeed_and_resumes_exactly(trainer, model, stage, resume, deepspeed_name,
                                                                 monkeypatch, tmp_path):
     args = ["--trainer", trainer, "--model", model, "--zero_stage", str(stage), "--max_steps", str(STEPS),

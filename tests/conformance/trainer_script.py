@@ -21,8 +21,8 @@ import torch
 import transformers
 
 p = argparse.ArgumentParser()
-p.add_argument("--trainer", choices=["hf", "sft", "dpo"], default="hf",
-               help="transformers.Trainer, or TRL's SFTTrainer or DPOTrainer")
+p.add_argument("--trainer", choices=["hf", "sft", "dpo", "grpo"], default="hf",
+               help="transformers.Trainer, or TRL's SFTTrainer, DPOTrainer or GRPOTrainer")
 p.add_argument("--model", choices=["llama", "gpt2"], default="llama")
 p.add_argument("--zero_stage", type=int, choices=[2, 3], default=2)
 p.add_argument("--out", required=True)
@@ -37,6 +37,8 @@ p.add_argument("--no_config_scheduler", action="store_true",
                help="no \"scheduler\" section: the Trainer makes its own (linear) schedule, from the engine's optimizer")
 p.add_argument("--eval", action="store_true", help="evaluate on 16 other rows every 3 steps (the Trainer calls the "
                                                    "model itself, outside the engine)")
+p.add_argument("--no_gather", action="store_true",
+               help="grpo: ds3_gather_for_generation=False (generate() runs the ZeRO-3 model unit by unit)")
 args = p.parse_args()
 
 # The Trainer's ZeRO configs as its documentation gives them: every size and rate "auto", filled from the arguments.
@@ -78,10 +80,15 @@ settings = dict(
     dataloader_num_workers=0)
 if args.eval:
     settings.update(eval_strategy="steps", eval_steps=3, per_device_eval_batch_size=4)
-if args.trainer in ("sft", "dpo"):
+if args.trainer == "grpo":
+    # Four completions of at most 6 tokens per prompt, sampled by generate() on the unwrapped model (under ZeRO-3
+    # inside TRL's unwrap_model_for_generation: gathered whole, the engine's hooks taken off and put back).
+    settings.update(num_generations=4, max_completion_length=6, ds3_gather_for_generation=not args.no_gather)
+if args.trainer in ("sft", "dpo", "grpo"):
     import trl
     # TRL's default is bf16; these runs compare in fp32
-    training_args = (trl.SFTConfig if args.trainer == "sft" else trl.DPOConfig)(**settings, bf16=False)
+    config_class = {"sft": trl.SFTConfig, "dpo": trl.DPOConfig, "grpo": trl.GRPOConfig}[args.trainer]
+    training_args = config_class(**settings, bf16=False)
 else:
     training_args = transformers.TrainingArguments(**settings)
 
@@ -111,12 +118,12 @@ class Report(transformers.TrainerCallback):
     def on_log(self, args_, state, control, logs=None, **kwargs):
         if state.is_world_process_zero and logs and "loss" in logs:
             print(json.dumps({"step": state.global_step, "loss": logs["loss"], "lr": logs.get("learning_rate"),
-                              "grad_norm": logs.get("grad_norm")}), flush=True)
+                              "grad_norm": logs.get("grad_norm"), "reward": logs.get("reward")}), flush=True)
         if state.is_world_process_zero and logs and "eval_loss" in logs:
             print(json.dumps({"eval_step": state.global_step, "eval_loss": logs["eval_loss"]}), flush=True)
 
 
-if args.trainer in ("sft", "dpo"):
+if args.trainer in ("sft", "dpo", "grpo"):
     import copy
 
     import datasets
@@ -124,16 +131,24 @@ if args.trainer in ("sft", "dpo"):
     words = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(96)}, unk_token="t0"))
     words.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=words, pad_token="t0", eos_token="t1")
+    g = torch.Generator().manual_seed(3)
+
+    def text(n):
+        return " ".join(f"t{int(i)}" for i in torch.randint(2, 96, (n,), generator=g))
+
     if args.trainer == "sft":
         train = datasets.Dataset.from_dict({"input_ids": Rows(64).ids.tolist()})
         trainer = trl.SFTTrainer(model=model, args=training_args, train_dataset=train, processing_class=tokenizer,
                                  callbacks=[Report()])
+    elif args.trainer == "grpo":
+        def even_tokens(completions, **kwargs):
+            """The reward: the share of a completion's words that are even tokens."""
+            return [sum(int(w[1:]) % 2 == 0 for w in c.split()) / max(1, len(c.split())) for c in completions]
+
+        train = datasets.Dataset.from_dict({"prompt": [text(6) for _ in range(32)]})
+        trainer = trl.GRPOTrainer(model=model, reward_funcs=even_tokens, args=training_args, train_dataset=train,
+                                  processing_class=tokenizer, callbacks=[Report()])
     else:
-        g = torch.Generator().manual_seed(3)
-
-        def text(n):
-            return " ".join(f"t{int(i)}" for i in torch.randint(2, 96, (n,), generator=g))
-
         train = datasets.Dataset.from_dict({"prompt": [text(6) for _ in range(32)],
                                             "chosen": [text(4) for _ in range(32)],
                                             "rejected": [text(4) for _ in range(32)]})

@@ -179,6 +179,42 @@ TEST(Engine, StepIsNoOpOffTheBoundary) {
   EXPECT_FALSE(torch::equal(before, flat_params(*model)));
 }
 
+// DeepSpeed's override (Accelerate ending an epoch mid-accumulation): the step on an early boundary applies the
+// micro-steps so far, each scaled by 1/gradient_accumulation_steps; std::nullopt gives the count back.
+TEST(Engine, AnEarlyBoundaryStepsOnTheMicroStepsSoFar) {
+  torch::manual_seed(0);
+  auto model = Mlp();
+  auto reference = Mlp();
+  for (size_t i = 0; i < model->parameters().size(); ++i) {
+    torch::NoGradGuard no_grad;
+    reference->parameters()[i].copy_(model->parameters()[i]);
+  }
+  auto engine = initialize(model.ptr(), config_from(R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 3, "gradient_clipping": 0,
+      "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})"));
+  auto [x, y] = regression_data(4);
+  for (int i = 0; i < 2; ++i) {
+    engine->set_gradient_accumulation_boundary(i == 1);
+    engine->backward(model->loss(x.narrow(0, 2 * i, 2), y.narrow(0, 2 * i, 2)));
+    EXPECT_EQ(engine->step(), i == 1);
+  }
+  EXPECT_EQ(engine->global_steps(), 1);
+  // The same two micro-batches by hand: (g0 + g1) / 3, one SGD step.
+  auto loss = (reference->loss(x.narrow(0, 0, 2), y.narrow(0, 0, 2)) +
+               reference->loss(x.narrow(0, 2, 2), y.narrow(0, 2, 2))) / 3;
+  loss.backward();
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : reference->parameters()) p.sub_(0.1 * p.grad());
+  }
+  EXPECT_LT(max_rel_diff(flat_params(*model), flat_params(*reference)), 1e-6);
+  EXPECT_TRUE(engine->is_gradient_accumulation_boundary());  // still overridden
+  engine->set_gradient_accumulation_boundary(std::nullopt);
+  EXPECT_TRUE(engine->is_gradient_accumulation_boundary());  // the count: micro-step 3 of 3 comes next
+  engine->set_gradient_accumulation_boundary(false);
+  EXPECT_FALSE(engine->is_gradient_accumulation_boundary());
+}
+
 // SGD with lr 1 makes the update equal to the (clipped) gradient, so clipping is visible exactly.
 TEST(Engine, ClipsToGlobalNormAndReportsPreClipNorm) {
   auto [x, y] = regression_data(8);

@@ -169,6 +169,7 @@ def test_destroy_lets_go_of_the_engine_and_its_hooks(stage):
     assert held() is None  # the C++ engine, its buffers and optimizer state, is gone
     assert all(type(m._parameters) is dict for m in model.modules())  # ZeRO-3's fetching dicts are undone
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
+    assert not any(hasattr(m, "ds_external_parameters") for m in model.modules())
     with pytest.raises(RuntimeError, match="destroyed"):
         engine(tokens())
     engine.destroy()  # twice is harmless, as DeepSpeed's
@@ -207,12 +208,40 @@ def test_accelerates_boundaries_and_steps_train_as_the_scripts_loop(stage):
     assert all(torch.equal(a, b) for a, b in zip(params, want_params))
 
 
-def test_a_boundary_off_the_engines_count_is_refused_naming_it():
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_an_early_boundary_steps_on_the_micro_steps_so_far(stage):
+    # Accelerate at the end of an epoch of 2 batches with gradient accumulation 4: the boundary set on micro-step 1
+    # applies the two micro-steps' gradients, each scaled by 1/4 as always (DeepSpeed's); the same as gradient
+    # accumulation 2 over losses halved.
+    def run(grad_accum, driven):
+        torch.manual_seed(0)
+        c = config(train_batch_size=4 * grad_accum, gradient_accumulation_steps=grad_accum,
+                   zero_optimization={"stage": stage})
+        engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=c)
+        for micro in range(2):
+            loss = engine(tokens())
+            if driven:
+                engine.set_gradient_accumulation_boundary(micro == 1)
+                engine.backward(loss)
+            else:
+                engine.backward(loss * 0.5)
+                engine.step()
+        if driven:
+            engine.step()
+        with dscpp.zero.GatheredParameters(list(engine.module.parameters())):
+            return [p.detach().clone() for p in engine.module.parameters()], engine.global_steps
+
+    params, steps = run(4, driven=True)
+    want_params, want_steps = run(2, driven=False)
+    assert steps == want_steps == 1
+    assert all(torch.equal(a, b) for a, b in zip(params, want_params))
+
+
+def test_a_boundary_that_is_not_a_bool_is_refused_naming_it():
     engine, _, _, _ = dscpp.initialize(model=make_model("gpt"), config=config(train_batch_size=8,
                                                                               gradient_accumulation_steps=2))
-    engine(tokens())
-    with pytest.raises(NotImplementedError, match=r"set_gradient_accumulation_boundary\(True\).*micro-step 0 of 2"):
-        engine.set_gradient_accumulation_boundary(True)
+    with pytest.raises(TypeError, match="is_boundary must be a bool, got str"):
+        engine.set_gradient_accumulation_boundary("False")
 
 
 def test_training_data_gives_a_distributed_sampler_loader():

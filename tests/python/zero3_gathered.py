@@ -32,6 +32,29 @@ def main():
     engine.step()
     with dscpp.zero.GatheredParameters(weight):
         seen["trained_from_it"] = abs(float(weight.mean()) - 0.25) < 0.01 and not bool((weight == 0.25).all())
+
+    # TRL's unwrap_model_for_generation: the model gathered whole, the engine's hooks taken off through
+    # engine.optimizer.parameter_offload, the model run as a plain module, the hooks put back.
+    with torch.no_grad():
+        hooked = model(tokens)  # the model called by itself: the engine's hooks gather it unit by unit
+    offload = engine.optimizer.parameter_offload
+    seen["hooks"] = len(offload.forward_hooks)
+    with dscpp.zero.GatheredParameters(engine.parameters()):
+        for p in offload.module.parameters():
+            p.ds_active_sub_modules.clear()
+        seen["external"] = list(offload.module.ds_external_parameters())
+        for handle in offload.forward_hooks + offload.backward_hooks:
+            handle.remove()
+        offload.forward_hooks, offload.backward_hooks = [], []
+        with torch.no_grad():
+            seen["plain_equals_hooked"] = bool(torch.equal(model(tokens), hooked))
+        offload._register_deepspeed_module(offload.module)
+    seen["hooks_back"] = len(offload.forward_hooks)
+    with torch.no_grad():
+        seen["released"] = weight.numel() == 0  # the hooked forward after GatheredParameters: released again
+    engine.backward(engine(tokens))  # the units are gathered by their hooks again (0-element otherwise)
+    engine.step()
+    seen["steps"] = engine.global_steps
     with open(f"{out}.{rank}", "w") as f:
         json.dump(seen, f)
 

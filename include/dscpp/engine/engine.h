@@ -185,7 +185,15 @@ class Engine {
   // step was skipped for overflow); off the boundary it does nothing and returns false.
   bool step();
 
+  // Whether this micro-step's step() updates the parameters: every gradient_accumulation_steps-th micro-step, unless
+  // set_gradient_accumulation_boundary says otherwise.
   bool is_gradient_accumulation_boundary() const;
+
+  // DeepSpeed's override of the count, kept until set again (Hugging Face Accelerate sets it before every backward,
+  // true at the end of an epoch whose batches are not a multiple of gradient_accumulation_steps). A step on an
+  // early boundary applies the micro-steps accumulated so far, each scaled by 1/gradient_accumulation_steps as
+  // always (as DeepSpeed's). std::nullopt: back to the count.
+  void set_gradient_accumulation_boundary(std::optional<bool> is_boundary) { boundary_override_ = is_boundary; }
 
   const Config& config() const { return config_; }
   Comm& comm() { return *comm_; }
@@ -343,6 +351,7 @@ class Engine {
   int expert_parallel_ = 1;
 
   TrainingProgress progress_;
+  std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary's
   int64_t optimizer_state_bytes_ = 0;
   torch::Device device_{torch::kCPU};  // where the parameters (and so training) live
   torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary

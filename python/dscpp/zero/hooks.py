@@ -73,25 +73,36 @@ def _leave(engine, unit, module, inputs, outputs):
     engine.leave_unit(unit, output_tensors(outputs))
 
 
-def install(model, engine, units):
-    """Hooks `units` (gather_units' list, in the order the engine was built with) into `model` for `engine`
-    (dscpp._C.Engine). Returns the hook handles."""
+def unit_hooks(engine, units):
+    """The forward pre-hook and hook of each of `units` (gather_units' list, in the order the engine was built with)
+    for `engine` (dscpp._C.Engine); returns their handles (ParameterOffload holds them)."""
     handles = []
     for index, (_, module, _) in enumerate(units):
         handles.append(module.register_forward_pre_hook(functools.partial(_enter, engine, index)))
         handles.append(module.register_forward_hook(functools.partial(_leave, engine, index)))
+    return handles
+
+
+def _no_external_parameters():
+    """DeepSpeed's module.ds_external_parameters(): the parameters registered with register_external_parameter.
+    None here: a read from outside the owning module is fetched on access (_FetchingParameters)."""
+    return iter(())
+
+
+def install_parameter_reads(model, engine):
+    """Every module's _parameters becomes a _FetchingParameters for `engine`, and its parameters ZeroParameter; each
+    module shows DeepSpeed's ds_external_parameters() (TRL reads it on the model)."""
     for module in model.modules():
         # From items(): building from the mapping would read each parameter through the old dict's __getitem__.
         module._parameters = _FetchingParameters(module._parameters.items(), engine.fetch_param)
         parameter.adopt(dict.values(module._parameters))  # DeepSpeed's ds_status on each (parameter.py)
-    return handles
+        module.ds_external_parameters = _no_external_parameters
 
 
-def uninstall(model, handles):
-    """Undoes install: removes the hooks and gives every module a plain _parameters again (engine.destroy)."""
-    for handle in handles:
-        handle.remove()
+def uninstall_parameter_reads(model):
+    """Undoes install_parameter_reads (engine.destroy): every module gets a plain _parameters again."""
     for module in model.modules():
         if isinstance(module._parameters, _FetchingParameters):
             module._parameters = dict(dict.items(module._parameters))  # nn.Module keeps a plain dict
         parameter.release(module._parameters.values())
+        module.__dict__.pop("ds_external_parameters", None)

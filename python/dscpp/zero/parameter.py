@@ -1,5 +1,6 @@
-"""What DeepSpeed shows on each ZeRO-3 parameter that callers read: `ds_status` (ZeroParamStatus). TRL's losses read
-it on the head's weight to decide whether to gather it themselves (trl/trainer/utils.py maybe_gather_lm_head_ctx).
+"""What DeepSpeed shows on each ZeRO-3 parameter that callers read: `ds_status` (ZeroParamStatus) and
+`ds_active_sub_modules`. TRL's losses read ds_status on the head's weight to decide whether to gather it themselves
+(trl/trainer/utils.py maybe_gather_lm_head_ctx); its unwrap_model_for_generation clears ds_active_sub_modules.
 
 Nothing is stored on the tensors: under ZeRO-3 the engine's parameters become ZeroParameter, an nn.Parameter whose
 ds_status is read off the tensor itself — a released parameter holds no elements (its shard lives in the engine's
@@ -25,6 +26,13 @@ class ZeroParameter(torch.nn.Parameter):
     @property
     def ds_status(self):
         return ZeroParamStatus.AVAILABLE if self.numel() > 0 else ZeroParamStatus.NOT_AVAILABLE
+
+    @property
+    def ds_active_sub_modules(self):
+        """DeepSpeed's set of the modules whose forward holds this parameter now (TRL clears it before taking the
+        hooks off). Ours counts running units in the stage, not per parameter, so a caller sees a fresh empty set:
+        clearing it changes nothing, as nothing of the engine's runs between its forwards."""
+        return set()
 
 
 def adopt(params):

@@ -59,13 +59,15 @@ class DeepSpeedEngine:
     """Returned by dscpp.initialize; see the module docstring for one step."""
 
     def __init__(self, module, engine, training_dataloader=None, client_optimizer=None, client_scheduler=None,
-                 param_groups=None, param_names=None, zero3_units=None, forward_only=False):
+                 param_groups=None, param_names=None, zero3_units=None, forward_only=False,
+                 data_parallel_group=None):
         """`param_groups`: the parameters of each of the engine's parameter groups (initialize's), or None for one.
         `param_names`: {id(param): the engine's name} where it differs from the module's (MoE experts, named by
         global index); the module's names otherwise. `zero3_units`: under ZeRO-3, the gather units the C++ engine
         was built with (zero.hooks.gather_units), which this engine hooks into the module (ParameterOffload) until
         destroy(); None otherwise. `forward_only`: built without an optimizer (initialize's
-        stand-in one is never stepped, and not shown in `config`); backward and step are refused."""
+        stand-in one is never stepped, and not shown in `config`); backward and step are refused.
+        `data_parallel_group`: the torch.distributed group ZeRO partitions over (an mpu's), None for the world."""
         self.module = module
         self._engine = engine
         self.training_dataloader = training_dataloader
@@ -96,7 +98,12 @@ class DeepSpeedEngine:
         self._param_names = {id(p): name for name, p in module.named_parameters()}
         self._param_names.update(param_names or {})
         self._params_by_id = {id(p): p for p in module.parameters()}
-        gathered.register(self, module.named_parameters())
+        self._param_shapes = {name: torch.Size(shape) for name, shape in engine.param_shapes.items()}
+        # DeepSpeed's: the group ZeRO partitions over and the ranks average gradients in (the world without an mpu).
+        if data_parallel_group is None and dist.is_initialized():
+            data_parallel_group = dist.group.WORLD
+        self.data_parallel_group = data_parallel_group
+        gathered.register(self)
         # The order a step's calls must come in: backward needs a forward, step needs a backward.
         self._forwarded = False
         self._backwarded = False
@@ -345,6 +352,31 @@ class DeepSpeedEngine:
             self._parameter_offload = None
         self._engine = _Destroyed()
         gc.collect()
+
+    # ---- whole parameters: what zero.GatheredParameters asks of the engine ------------------------------------------
+
+    def holds(self, param):
+        """Whether `param` (the object itself) is one of this engine's parameters."""
+        return self._params_by_id.get(id(param)) is param
+
+    def parameter_shape(self, param):
+        """`param`'s whole shape (a tensor-parallel rank's slice's), as the engine holds it whatever the tensor shows
+        (under ZeRO-3, 0 elements between forwards); None for a parameter this engine does not train."""
+        if not self.holds(param):
+            return None
+        return self._param_shapes.get(self._param_names[id(param)])
+
+    def whole_parameter(self, param):
+        """`param`'s whole current value, in the compute dtype: under ZeRO-3 assembled from the data-parallel ranks'
+        shards — collective: every rank asks for the same parameters in the same order, outside a forward; otherwise
+        the parameter itself (its tensor, not a copy)."""
+        return self._engine.whole_parameter(param)
+
+    def write_parameters(self, params):
+        """The current value of each of `params` (its .data, whole, on this rank) becomes the engine's: its master copy
+        and, under ZeRO-3, this rank's shard of it. Every data-parallel rank writes the same values (GatheredParameters
+        broadcasts them first)."""
+        self._engine.set_parameters({self._param_names[id(p)]: p.data for p in params})
 
     # ---- as the module --------------------------------------------------------------------------------------------
     # DeepSpeed's engine is an nn.Module holding the model as `module`: its parameters are the model's (named with a

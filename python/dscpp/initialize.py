@@ -242,7 +242,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
                               param_groups=[params for params, _, _ in groups], param_names=names,
                               zero3_units=units if engine.zero_stage == 3 else None,
-                              forward_only=forward_only)
+                              forward_only=forward_only, data_parallel_group=data_group)
     if scheduler_maker is not None:
         wrapper._make_client_scheduler(scheduler_maker)
         client_scheduler = wrapper.lr_scheduler

@@ -170,11 +170,17 @@ PYBIND11_MODULE(_C, m) {
            py::call_guard<py::gil_scoped_release>())
       .def("fetch_param", &Engine::fetch_param, py::arg("param"), py::call_guard<py::gil_scoped_release>())
       .def("whole_parameter", &Engine::whole_parameter, py::arg("param"), py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("param_shapes",
+                             [](const Engine& e) {
+                               std::map<std::string, std::vector<int64_t>> shapes;
+                               for (const auto& p : e.param_entries()) shapes.emplace(p.name, p.shape);
+                               return shapes;
+                             })
       .def(
           "set_parameters",
           [](Engine& e, const std::map<std::string, torch::Tensor>& values) {
-            e.load_weights([&](const std::string& name, const std::vector<int64_t>&) { return values.at(name); },
-                           [&](const std::string& name) { return values.count(name) > 0; });
+            e.write_own_weights([&](const std::string& name, const std::vector<int64_t>&) { return values.at(name); },
+                                [&](const std::string& name) { return values.count(name) > 0; });
           },
           py::arg("values"), py::call_guard<py::gil_scoped_release>())
       .def(

@@ -118,6 +118,23 @@ def reference(whole):
     return losses
 
 
+def gathered_parameters_under_the_mpu(model, mpu, dp_rank):
+    """GatheredParameters(modifier_rank=0) over a tensor-parallel slice and a replicated parameter: modifier_rank is a
+    rank of each data-parallel group (DeepSpeed's: of the partition group), so each slice takes the value its own
+    group's rank 0 wrote. True on every rank when each holds what its group's modifier wrote."""
+    tp_rank = dist.get_rank(mpu.tensor)
+    params = [model.up.weight, model.norm.weight]
+    with dscpp.zero.GatheredParameters(params, modifier_rank=0):
+        if dp_rank == 0:
+            model.up.weight.data.fill_(0.5 + tp_rank)
+            model.norm.weight.data.fill_(2.0)
+    with dscpp.zero.GatheredParameters(params):
+        mine = bool((model.up.weight == 0.5 + tp_rank).all()) and bool((model.norm.weight == 2.0).all())
+    agreed = torch.tensor([int(mine)])
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+    return bool(agreed.item())
+
+
 def main(tp, stage, out):
     dscpp.init_distributed()
     mpu = Mpu(tp)
@@ -136,6 +153,7 @@ def main(tp, stage, out):
         engine.backward(engine(ids[part], targets[part]))
         engine.step()
         losses.append(engine.last_step()["loss"])
+    gathered = gathered_parameters_under_the_mpu(model, mpu, dp_rank)
     try:
         engine.save_checkpoint("/nonexistent")
         raise AssertionError("a tensor-parallel save_checkpoint was not refused")
@@ -143,7 +161,7 @@ def main(tp, stage, out):
         assert "is a tensor-parallel slice whose place in the whole parameter is not known" in str(e), e
     if dist.get_rank() == 0:
         with open(out, "w") as f:
-            json.dump({"engine": losses, "reference": reference(whole)}, f)
+            json.dump({"engine": losses, "reference": reference(whole), "gathered": gathered}, f)
 
 
 if __name__ == "__main__":

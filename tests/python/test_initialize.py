@@ -639,7 +639,8 @@ class TiedModel(torch.nn.Module):
 def test_zero3_consolidated_state_dict_is_the_modules_whole_state_dict():
     """_zero3_consolidated_16bit_state_dict (Accelerate's get_state_dict and the Trainer's save_model under ZeRO-3):
     the keys and whole values of the module's state_dict as a ZeRO-0 run of the same steps has them, the tied weight
-    one tensor under both names, persistent buffers only; and each parameter's ds_status as DeepSpeed reports it."""
+    one tensor under both names, persistent buffers only; and each parameter's ds_status, ds_shape and ds_numel as
+    DeepSpeed reports them."""
     from dscpp.runtime.zero.partition_parameters import ZeroParamStatus
     states = {}
     for stage in (0, 3):
@@ -660,6 +661,9 @@ def test_zero3_consolidated_state_dict_is_the_modules_whole_state_dict():
         assert engine.zero_gather_16bit_weights_on_model_save()
         weight = model.embed.weight
         assert weight.ds_status == ZeroParamStatus.NOT_AVAILABLE  # released between steps
+        # the whole shape while it holds nothing (the Trainer counts trainable parameters with ds_numel)
+        assert weight.numel() == 0 and weight.ds_shape == (32, 8) and weight.ds_numel == 32 * 8
+        assert sum(p.ds_numel for p in model.parameters()) == sum(p.numel() for p in TiedModel().parameters())
         with dscpp.zero.GatheredParameters([weight]):
             assert weight.ds_status == ZeroParamStatus.AVAILABLE
         states[stage] = engine._zero3_consolidated_16bit_state_dict()

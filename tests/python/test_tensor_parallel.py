@@ -9,12 +9,14 @@ import dscpp
 from conftest import run_ranks
 
 
-@pytest.mark.parametrize("world,tp,stage", [(2, 2, 0), (4, 2, 1), (4, 2, 3)])
+@pytest.mark.parametrize("world,tp,stage", [(2, 2, 0), (4, 2, 0), (4, 2, 1), (4, 2, 2), (4, 2, 3)])
 def test_an_mpus_tensor_parallel_model_trains_as_the_whole_one(world, tp, stage, tmp_path):
     out = tmp_path / "losses.json"
     run_ranks(world, ["tensor_parallel.py", str(tp), str(stage), str(out)])
     result = json.loads(out.read_text())
     assert result["engine"] == pytest.approx(result["reference"], abs=1e-5), result
+    # then GatheredParameters(modifier_rank=0) writes each tensor-parallel slice from its own data-parallel group
+    assert result["gathered"], result
 
 
 def test_an_mpu_without_groups_is_named():

@@ -281,6 +281,15 @@ class Engine {
     checkpointer_->load_weights(source, wanted);
   }
 
+  // The trainable parameters' names and whole shapes (a tensor-parallel rank's: its slices'), in registration order.
+  const std::vector<ParamEntry>& param_entries() const { return params_; }
+
+  // As load_weights, with each rank's own values: under tensor parallelism `source` gives this rank's slice of a
+  // sliced parameter (the shape this rank holds), so nothing is read as whole — what GatheredParameters writes back.
+  void write_own_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted) {
+    checkpointer_->load_weights(source, wanted);
+  }
+
   // `param`'s whole current value in the compute dtype (DeepSpeed's GatheredParameters). Under ZeRO-3 it is
   // assembled from the ranks' shards, so it is collective there (every rank, same parameters, same order) and not
   // allowed between a forward and its backward; elsewhere it is the parameter itself.

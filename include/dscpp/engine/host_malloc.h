@@ -3,7 +3,7 @@
 // blocks above its mmap threshold to the kernel on free and trims the heap top above its trim threshold, both tied to
 // the sizes it has seen so far, so each step faults the same pages in again and the kernel zeroes them. Fixing the
 // thresholds where glibc's own adaptation stops (mmap 32 MiB, trim 64 MiB) keeps those blocks for reuse
-// (bench/host_malloc; README, Performance).
+// (bench/host_malloc; docs/performance.md).
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-"""What DeepSpeed shows on each ZeRO-3 parameter that callers read: `ds_status` (ZeroParamStatus) and
-`ds_active_sub_modules`. TRL's losses read ds_status on the head's weight to decide whether to gather it themselves
+"""What DeepSpeed shows on each ZeRO-3 parameter that callers read: `ds_status` (ZeroParamStatus), `ds_shape`,
+`ds_numel` and `ds_active_sub_modules`. TRL's losses read ds_status on the head's weight to decide whether to gather it themselves
 (trl/trainer/utils.py maybe_gather_lm_head_ctx); its unwrap_model_for_generation clears ds_active_sub_modules.
 
 Nothing is stored on the tensors: under ZeRO-3 the engine's parameters become ZeroParameter, an nn.Parameter whose
@@ -26,6 +26,19 @@ class ZeroParameter(torch.nn.Parameter):
     @property
     def ds_status(self):
         return ZeroParamStatus.AVAILABLE if self.numel() > 0 else ZeroParamStatus.NOT_AVAILABLE
+
+    @property
+    def ds_shape(self):
+        """DeepSpeed's: the whole parameter's shape, also while it holds no elements (the engine's record of it)."""
+        from .gathered import owner  # the engines import this module
+        engine = owner(self)
+        shape = engine.parameter_shape(self) if engine is not None else None
+        return shape if shape is not None else self.shape
+
+    @property
+    def ds_numel(self):
+        """DeepSpeed's: the whole parameter's element count (the Trainer counts trainable parameters with it)."""
+        return self.ds_shape.numel()
 
     @property
     def ds_active_sub_modules(self):

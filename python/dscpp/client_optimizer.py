@@ -32,7 +32,9 @@ def _check_flags(name, group):
 
 def optimizer_section(optimizer):
     """The "optimizer" config section for a torch.optim optimizer; TypeError for a type the engine cannot run."""
+    from .ops.adagrad import DeepSpeedCPUAdagrad
     from .ops.adam import DeepSpeedCPUAdam
+    from .ops.lion import DeepSpeedCPULion
 
     name = type(optimizer).__name__
     groups = optimizer.param_groups
@@ -61,13 +63,16 @@ def optimizer_section(optimizer):
     if type(optimizer) is torch.optim.SGD:
         return {"type": "SGD",
                 "params": _hyperparameters(group, ("lr", "momentum", "dampening", "weight_decay", "nesterov"))}
-    if type(optimizer) is torch.optim.Adagrad:
+    if isinstance(optimizer, DeepSpeedCPULion):
+        return {"type": "Lion", "params": _hyperparameters(group, ("lr", "betas", "weight_decay"))}
+    if type(optimizer) is torch.optim.Adagrad or isinstance(optimizer, DeepSpeedCPUAdagrad):
         return {"type": "Adagrad",
                 "params": _hyperparameters(group, ("lr", "lr_decay", "weight_decay", "initial_accumulator_value",
                                                    "eps"))}
     raise TypeError(f"dscpp.initialize: optimizer {type(optimizer).__module__}.{name} cannot be taken: the engine "
-                    "runs its own optimizer and knows torch.optim.Adam, AdamW, SGD, Adagrad and "
-                    "dscpp.ops.adam.DeepSpeedCPUAdam; pass one of those, or an \"optimizer\" section in the config")
+                    "runs its own optimizer and knows torch.optim.Adam, AdamW, SGD, Adagrad and DeepSpeed's "
+                    "DeepSpeedCPUAdam, DeepSpeedCPUAdagrad and DeepSpeedCPULion (dscpp.ops); pass one of those, or "
+                    "an \"optimizer\" section in the config")
 
 
 def _number(group, i, key):

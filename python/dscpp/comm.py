@@ -52,10 +52,10 @@ def _destroy_at_exit():
 
 
 def engine_comm_arguments(user="engine", group=None):
-    """What dscpp._C.create_engine (or create_partitioned_init) needs to communicate: torch.distributed's default
-    group (or `group`, one of its sub-groups) and its store, or None for a process alone. `user` names the prefix of
-    its store keys; a sub-group's also names its ranks, as the groups of one kind (each data-parallel group of an mpu)
-    are made at the same point on every rank."""
+    """What dscpp._C.comm_over (an engine's comms) or create_partitioned_init needs to communicate: torch.distributed's
+    default group (or `group`, one of its sub-groups) and its store, or None for a process alone. `user` names the
+    prefix of its store keys; a sub-group's also names its ranks, as the groups of one kind (each data-parallel group
+    of an mpu) are made at the same point on every rank."""
     if not dist.is_initialized():
         return dict(group=None, store=None, backend="", key_prefix="")
     from torch.distributed import distributed_c10d as c10d

@@ -74,8 +74,8 @@ def _non_persistent_buffers(model):
 
 def _mpu_groups(mpu, model):
     """DeepSpeed's mpu (Megatron's parallel state): its data-parallel group, which ZeRO, the batch and the loader
-    use, and create_engine's arguments for its tensor-parallel group with the parameters sliced over it (those
-    marked tensor_model_parallel, Megatron's attribute, or model_parallel, DeepSpeed's). (None, {}) without one."""
+    use, and the InitOptions fields for its tensor-parallel group with the parameters sliced over it (those marked
+    tensor_model_parallel, Megatron's attribute, or model_parallel, DeepSpeed's). (None, {}) without one."""
     if mpu is None:
         return None, {}
     tensor_group = getattr(mpu, "get_tensor_model_parallel_group", None) or getattr(mpu, "get_model_parallel_group",
@@ -93,9 +93,8 @@ def _mpu_groups(mpu, model):
     def is_slice(p):
         return getattr(p, "tensor_model_parallel", False) or getattr(p, "model_parallel", False)
     sliced = [name for name, p in model.named_parameters() if p.requires_grad and is_slice(p)]
-    comm = engine_comm_arguments("model", tensor_group())
-    return mpu.get_data_parallel_group(), dict(model_group=comm["group"], model_key_prefix=comm["key_prefix"],
-                                               model_parallel_params=set(sliced))
+    model_group = _C.comm_over(**engine_comm_arguments("model", tensor_group()))
+    return mpu.get_data_parallel_group(), dict(model_parallel_group=model_group, model_parallel_params=set(sliced))
 
 
 def _dataloader(training_data, engine, collate_fn, drop_last):
@@ -216,21 +215,24 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.
     units = zero_hooks.gather_units(model)
-    data_group, model_comm = _mpu_groups(mpu, model)
+    data_group, model_parallel = _mpu_groups(mpu, model)
     # MoE layers with ep_size > 1: their groups made, their experts named by global index (the engine's names).
-    tensor_parallel = dist.get_world_size(model_comm["model_group"]) if model_comm else 1
+    tensor_parallel = model_parallel["model_parallel_group"].world_size if model_parallel else 1
     experts, expert_names = expert_parallelism(model, tensor_parallel)
     names = {id(p): expert_names.get(id(p), name) for name, p in model.named_parameters()}
+    options = _C.InitOptions()  # every field the engine takes from here; include/dscpp/engine/engine.h says each
+    options.comm = _C.comm_over(**engine_comm_arguments(group=data_group))
+    options.param_groups = [([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups]
+    options.untrained_params = {names[id(p)] for p in untrained}
+    for field, value in {**model_parallel, **experts}.items():
+        setattr(options, field, value)
+    tensors = _C.ModelTensors(
+        params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),
+        non_persistent_buffers=_non_persistent_buffers(model), units=[(name, params) for name, _, params in units],
+        prepartitioned=zero_init.take_units(model))
     try:
-        engine = _C.create_engine(
-            params=[(names[id(p)], p) for _, p in model.named_parameters()], buffers=list(model.named_buffers()),
-            non_persistent_buffers=_non_persistent_buffers(model),
-            units=[(name, params) for name, _, params in units], prepartitioned=zero_init.take_units(model),
-            config=config_path if config_path is not None else json.dumps(config_dict),
-            config_is_path=config_path is not None,
-            param_groups=[([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups],
-            untrained_params={names[id(p)] for p in untrained},
-            **model_comm, **experts, **engine_comm_arguments(group=data_group))
+        engine = _C.create_engine(tensors, config=config_path if config_path is not None else json.dumps(config_dict),
+                                  config_is_path=config_path is not None, options=options)
     except _C.ConfigError as e:
         if forward_only_file is None:
             raise

@@ -54,37 +54,26 @@ Config parse_config(const std::string& config, bool config_is_path, int world_si
 }
 
 using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;
-// (parameter names, weight_decay or None, lr or None) per group: InitOptions::param_groups from Python.
-using ParamGroups = std::vector<std::tuple<std::vector<std::string>, std::optional<double>, std::optional<double>>>;
 
-std::unique_ptr<Engine> create_engine(const NamedTensors& params, const NamedTensors& buffers,
-                                      const std::set<std::string>& non_persistent_buffers, const Units& units,
-                                      const UnitHandles& prepartitioned, const std::string& config,
-                                      bool config_is_path, const py::object& group, const py::object& store,
-                                      const std::string& backend, const std::string& key_prefix,
-                                      const ParamGroups& param_groups, const py::object& model_group,
-                                      const std::string& model_key_prefix,
-                                      const std::set<std::string>& model_parallel_params,
-                                      std::shared_ptr<Comm> expert_data_parallel_group,
-                                      const std::set<std::string>& expert_params,
-                                      const std::set<std::string>& untrained_params) {
-  ModelTensors model{named(params), named(buffers), non_persistent_buffers, {}, {}};
-  for (const auto& [name, unit_params] : units) model.units.push_back({name, unit_params});
-  InitOptions options;
-  for (const auto& [names, weight_decay, lr] : param_groups) options.param_groups.push_back({names, weight_decay, lr});
-  options.comm = comm_from(group, store, backend, key_prefix);
-  if (!model_group.is_none()) {  // an mpu's tensor-parallel group: `group` is then its data-parallel one
-    options.model_parallel_group = comm_from(model_group, store, backend, model_key_prefix);
-    options.model_parallel_params = model_parallel_params;
-  }
-  options.expert_data_parallel_group = std::move(expert_data_parallel_group);  // MoE layers with ep_size > 1
-  options.expert_params = expert_params;
-  options.untrained_params = untrained_params;  // trainable, outside model_parameters / the client optimizer
+// The model as dscpp.initialize hands it over: its tensors (ModelTensors, but for zero.Init's units) and the handles
+// of the units zero.Init built partitioned, which create_engine takes over only once the config has parsed (a bad
+// config leaves the partitioned model as it was).
+struct PyModel {
+  ModelTensors tensors;
+  UnitHandles prepartitioned;
+};
+
+// Builds the engine (dscpp.initialize's last step): `config` is JSON text, or a file's path with `config_is_path`;
+// `options` carries the comm and everything else the Python side decided (its InitOptions binding, below).
+std::unique_ptr<Engine> create_engine(PyModel& model, const std::string& config, bool config_is_path,
+                                      InitOptions options) {
+  if (!options.comm) options.comm = make_single_process_comm();
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
-  // Handed over: the Python handle is left empty (its parameters are the engine's now).
-  for (const auto& unit : prepartitioned) model.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
+  ModelTensors tensors = std::move(model.tensors);
+  // Handed over: the Python handles are left empty (their parameters are the engine's now).
+  for (const auto& unit : model.prepartitioned) tensors.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
   py::gil_scoped_release no_gil;  // collectives: other Python threads may run meanwhile
-  return initialize(std::move(model), parsed, std::move(options));
+  return initialize(std::move(tensors), parsed, std::move(options));
 }
 
 // dscpp.zero.Init's C++ half: the config's dtype and persistence threshold, and a comm over torch.distributed's
@@ -290,13 +279,39 @@ PYBIND11_MODULE(_C, m) {
         py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "The C++ half of dscpp.zero.Init.");
 
-  m.def("create_engine", &create_engine, py::arg("params"), py::arg("buffers"), py::arg("non_persistent_buffers"),
-        py::arg("units"),
-        py::arg("prepartitioned"), py::arg("config"),
-        py::arg("config_is_path"), py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
-        py::arg("param_groups"), py::arg("model_group") = py::none(), py::arg("model_key_prefix") = "",
-        py::arg("model_parallel_params") = std::set<std::string>{},
-        py::arg("expert_data_parallel_group") = py::none(), py::arg("expert_params") = std::set<std::string>{},
-        py::arg("untrained_params") = std::set<std::string>{},
-        "Builds the engine over a model's tensors (see dscpp.initialize).");
+  py::class_<PyModel>(m, "ModelTensors", "A model's tensors for create_engine (include/dscpp/engine/model_tensors.h).")
+      .def(py::init([](const NamedTensors& params, const NamedTensors& buffers,
+                       const std::set<std::string>& non_persistent_buffers, const Units& units,
+                       const UnitHandles& prepartitioned) {
+             PyModel model{{named(params), named(buffers), non_persistent_buffers, {}, {}}, prepartitioned};
+             for (const auto& [name, unit_params] : units) model.tensors.units.push_back({name, unit_params});
+             return model;
+           }),
+           py::arg("params"), py::arg("buffers"), py::arg("non_persistent_buffers"), py::arg("units"),
+           py::arg("prepartitioned"));
+  // The InitOptions fields the Python front end decides (include/dscpp/engine/engine.h says what each does); the
+  // others keep their defaults. Unset comm: one process alone.
+  py::class_<InitOptions>(m, "InitOptions")
+      .def(py::init<>())
+      .def_readwrite("comm", &InitOptions::comm)
+      .def_property(
+          "param_groups",
+          [](const InitOptions& o) {
+            std::vector<std::tuple<std::vector<std::string>, std::optional<double>, std::optional<double>>> out;
+            for (const auto& g : o.param_groups) out.emplace_back(g.params, g.weight_decay, g.lr);
+            return out;
+          },
+          [](InitOptions& o,
+             const std::vector<std::tuple<std::vector<std::string>, std::optional<double>, std::optional<double>>>&
+                 groups) {  // (parameter names, weight_decay or None, lr or None) per group
+            o.param_groups.clear();
+            for (const auto& [names, weight_decay, lr] : groups) o.param_groups.push_back({names, weight_decay, lr});
+          })
+      .def_readwrite("model_parallel_group", &InitOptions::model_parallel_group)
+      .def_readwrite("model_parallel_params", &InitOptions::model_parallel_params)
+      .def_readwrite("untrained_params", &InitOptions::untrained_params)
+      .def_readwrite("expert_data_parallel_group", &InitOptions::expert_data_parallel_group)
+      .def_readwrite("expert_params", &InitOptions::expert_params);
+  m.def("create_engine", &create_engine, py::arg("model"), py::arg("config"), py::arg("config_is_path"),
+        py::arg("options"), "Builds the engine over a model's tensors (see dscpp.initialize).");
 }

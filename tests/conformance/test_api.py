@@ -62,6 +62,21 @@ def test_helpers_scripts_import_have_deepspeeds_signatures():
         assert parameters(ours) == parameters(theirs), ours.__name__
 
 
+def test_deepspeeds_cpu_optimizers_take_deepspeeds_arguments():
+    # Hugging Face Accelerate builds them with keywords (lr, weight_decay, adamw_mode) over a torch optimizer's groups
+    import deepspeed.ops.adagrad
+    import deepspeed.ops.adam
+    import deepspeed.ops.lion
+    import dscpp.ops.adagrad
+    import dscpp.ops.adam
+    import dscpp.ops.lion
+    pairs = [(dscpp.ops.adam.DeepSpeedCPUAdam, deepspeed.ops.adam.DeepSpeedCPUAdam),
+             (dscpp.ops.adagrad.DeepSpeedCPUAdagrad, deepspeed.ops.adagrad.DeepSpeedCPUAdagrad),
+             (dscpp.ops.lion.DeepSpeedCPULion, deepspeed.ops.lion.DeepSpeedCPULion)]
+    for ours, theirs in pairs:
+        assert parameters(ours) == parameters(theirs), ours.__name__
+
+
 def test_repeating_loader_restarts_as_deepspeeds():
     import torch
     data = torch.utils.data.TensorDataset(torch.arange(10.0))

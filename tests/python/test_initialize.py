@@ -498,6 +498,46 @@ def test_deepspeed_cpu_adam_steps_as_torch_adamw_and_is_taken_by_initialize():
         DeepSpeedCPUAdam(model.parameters(), amsgrad=True)
 
 
+@pytest.mark.parametrize("kind", ["adagrad", "lion"])
+def test_deepspeed_cpu_adagrad_and_lion_step_as_the_engines_own(kind):
+    # Hugging Face Accelerate swaps an offloaded torch Adagrad (or bitsandbytes Lion) for these and passes it to
+    # initialize: the engine runs its own Adagrad / Lion with the same settings, and trains as the class itself does
+    # in a plain loop (two implementations of each: the class in Python, the engine's flat one in C++).
+    from dscpp.ops.adagrad import DeepSpeedCPUAdagrad
+    from dscpp.ops.lion import DeepSpeedCPULion
+
+    def make(params):
+        if kind == "adagrad":
+            return DeepSpeedCPUAdagrad(params, lr=1e-2, eps=1e-8, weight_decay=0.01)
+        return DeepSpeedCPULion(params, lr=1e-3, betas=(0.8, 0.95), weight_decay=0.1)
+
+    batches = [torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(s)) for s in range(3)]
+    torch.manual_seed(0)
+    plain = make_model("gpt")
+    torch.manual_seed(0)
+    model = make_model("gpt")
+    optimizer = make(plain.parameters())
+    for batch in batches:
+        plain(batch).backward()
+        for p in plain.parameters():  # the engine steps every parameter, one the loss does not reach at gradient 0
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        optimizer.step()
+        optimizer.zero_grad()
+    c = config(gradient_clipping=0)
+    del c["optimizer"]
+    engine, _, _, _ = dscpp.initialize(model=model, optimizer=make(model.parameters()), config=c)
+    assert engine.config["optimizer"]["type"] == {"adagrad": "Adagrad", "lion": "Lion"}[kind]
+    for batch in batches:
+        engine.backward(engine(batch))
+        engine.step()
+    for (name, a), b in zip(model.named_parameters(), plain.parameters()):
+        assert torch.allclose(a, b, rtol=0, atol=1e-6), (name, (a - b).abs().max())
+    torch.manual_seed(0)
+    initial = make_model("gpt")
+    assert not any(torch.equal(a, b) for a, b in zip(plain.parameters(), initial.parameters()))  # all of it trained
+
+
 def test_memory_reports_the_model_state_bytes():
     engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
     memory = engine.memory()

@@ -7,7 +7,7 @@ from .layer import MoE
 
 
 def expert_parallelism(model, tensor_parallel_size):
-    """(create_engine's expert arguments, {id(param): engine name} of the experts renamed). Collective when a layer
+    """(the InitOptions fields for the experts, {id(param): engine name} of the experts renamed). Collective when a layer
     has ep_size > 1. Layers with ep_size 1 need nothing: their experts are data parallel like any parameter.
 
     `tensor_parallel_size`: the mpu's (1 without one). At 1 — Megatron-DeepSpeed's MoE runs pass an mpu of

@@ -74,6 +74,7 @@ class DeepSpeedEngine:
         self._config = json.loads(engine.config_json)
         self._grouped = bool(param_groups)
         self._forward_only = forward_only
+        self._compiled = False  # compile() ran
         # A client optimizer's lrs — set by a client scheduler after each applied step, or by the script — are the
         # ones each step uses, as a torch optimizer reads them, unless the config's scheduler sets them.
         self._follows_client_lrs = client_optimizer is not None and not self._config.get("scheduler")
@@ -339,6 +340,26 @@ class DeepSpeedEngine:
     def config(self):
         """The resolved config (every default filled), as a dict."""
         return self._config
+
+    def compile(self, backend="inductor", compile_kwargs=None, schedule=None, compiled_autograd_enabled=False):
+        """DeepSpeed's (Accelerate calls it when dynamo is configured): the module's forward compiled with
+        torch.compile(backend=backend, **compile_kwargs), in place (nn.Module.compile); the engine's step is C++ and
+        is not compiled. At ZeRO 0-2 only: under ZeRO-3 the module's forward runs the engine's gather hooks, which
+        torch.compile would have to trace. DeepSpeed's deepcompile (`schedule`, compiled autograd) is not built."""
+        if schedule is not None or compiled_autograd_enabled:
+            raise NotImplementedError("engine.compile: schedule and compiled_autograd_enabled (DeepSpeed's "
+                                      "deepcompile) are not supported by deepspeed.cpp")
+        if self.zero_optimization_stage() == 3:
+            raise NotImplementedError("engine.compile: torch.compile under ZeRO-3 is not supported by deepspeed.cpp "
+                                      "(the forward runs the engine's gather hooks); run without it, or at ZeRO 0-2")
+        if self.is_compiled:
+            return
+        self.module.compile(backend=backend, **(compile_kwargs or {}))
+        self._compiled = True
+
+    @property
+    def is_compiled(self):
+        return self._compiled
 
     def destroy(self):
         """DeepSpeed's: lets go of what the engine holds — ZeRO-3's hooks on the module and the C++ engine (its flat

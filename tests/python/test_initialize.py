@@ -538,6 +538,32 @@ def test_deepspeed_cpu_adagrad_and_lion_step_as_the_engines_own(kind):
     assert not any(torch.equal(a, b) for a, b in zip(plain.parameters(), initial.parameters()))  # all of it trained
 
 
+def test_compile_compiles_the_modules_forward_at_zero_0_to_2():
+    # Accelerate calls engine.compile(backend=..., compile_kwargs=...) when dynamo is on. The "eager" backend runs
+    # the captured graph as is: the same losses as without compile, and the module's forward is the compiled one.
+    def run(compiled, stage=0):
+        torch.manual_seed(0)
+        engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config(zero_optimization={"stage": stage}))
+        if compiled:
+            engine.compile(backend="eager", compile_kwargs={"dynamic": False})
+            assert engine.is_compiled and engine.module._compiled_call_impl is not None
+        losses = []
+        for s in range(2):
+            loss = engine(torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(s)))
+            engine.backward(loss)
+            engine.step()
+            losses.append(loss.item())
+        return losses
+
+    assert run(compiled=True) == run(compiled=False)
+    c = config(zero_optimization={"stage": 3})
+    engine, *_ = dscpp.initialize(model=make_model("gpt"), config=c)
+    with pytest.raises(NotImplementedError, match="torch.compile under ZeRO-3 is not supported"):
+        engine.compile()
+    with pytest.raises(NotImplementedError, match="deepcompile"):
+        engine.compile(compiled_autograd_enabled=True)
+
+
 def test_memory_reports_the_model_state_bytes():
     engine, *_ = dscpp.initialize(model=make_model("gpt"), config=config())
     memory = engine.memory()

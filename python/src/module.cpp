@@ -71,7 +71,9 @@ std::unique_ptr<Engine> create_engine(PyModel& model, const std::string& config,
   Config parsed = parse_config(config, config_is_path, options.comm->world_size());
   ModelTensors tensors = std::move(model.tensors);
   // Handed over: the Python handles are left empty (their parameters are the engine's now).
-  for (const auto& unit : model.prepartitioned) tensors.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
+  for (const auto& unit : model.prepartitioned) {
+    tensors.prepartitioned.push_back(std::exchange(*unit, PrepartitionedUnit{}));
+  }
   py::gil_scoped_release no_gil;  // collectives: other Python threads may run meanwhile
   return initialize(std::move(tensors), parsed, std::move(options));
 }

@@ -310,6 +310,10 @@ struct Shape {
   int stage, world;
 };
 
+void PrintTo(const Shape& shape, std::ostream* os) {  // not its bytes (ctest, failures)
+  *os << "stage " << shape.stage << ", world " << shape.world;
+}
+
 class CheckpointedTraining : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(CheckpointedTraining, LossAndGradNormMatchTrainingWithoutCheckpointing) {

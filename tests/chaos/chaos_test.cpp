@@ -160,6 +160,8 @@ Outcome run_chaos(const Chaos& c) {
   return outcome;
 }
 
+void PrintTo(const Chaos& chaos, std::ostream* os) { *os << chaos.name(); }  // not its bytes (ctest, failures)
+
 class ChaosSample : public ::testing::TestWithParam<Chaos> {};
 
 TEST_P(ChaosSample, KilledRankStopsTheJobAndARestartEndsBitwise) { run_chaos(GetParam()); }

@@ -104,6 +104,8 @@ std::string flag(const std::string& name, const fs::path& value) { return " --" 
 
 // ---- Exact resume: save at step 3, load in a new run, continue: identical to the run that never stopped. ----
 
+void PrintTo(const Shape& shape, std::ostream* os) { *os << shape.name(); }  // not its bytes (ctest, failures)
+
 class ExactResume : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ExactResume, ContinuesBitwiseAsTheUninterruptedRun) {
@@ -177,6 +179,8 @@ fs::path checkpoint_of(const Shape& shape) {
   }
   return it->second;
 }
+
+void PrintTo(const Reshard& reshard, std::ostream* os) { *os << reshard.name(); }
 
 class Resharding : public ::testing::TestWithParam<Reshard> {};
 

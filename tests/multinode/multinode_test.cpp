@@ -85,6 +85,8 @@ std::vector<NodeRun> run_on_both(const TwoHosts& hosts, const std::vector<std::s
   return out;
 }
 
+void PrintTo(const Job& job, std::ostream* os) { *os << name_of(job); }  // not its bytes (ctest, failures)
+
 class MultiNode : public ::testing::TestWithParam<Job> {
  protected:
   void SetUp() override {

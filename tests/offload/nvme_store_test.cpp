@@ -17,6 +17,13 @@
 #include "dscpp/offload/async_io.h"
 #include "dscpp/offload/nvme_store.h"
 
+namespace dscpp {
+// What ctest and a failure print for a backend: its name, not its bytes (found by argument-dependent lookup).
+static void PrintTo(IoBackend backend, std::ostream* os) {
+  *os << (backend == IoBackend::kIoUring ? "io_uring" : backend == IoBackend::kLibaio ? "libaio" : "auto");
+}
+}  // namespace dscpp
+
 namespace dscpp::testing {
 namespace {
 

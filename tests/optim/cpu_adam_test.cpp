@@ -29,6 +29,11 @@ std::vector<Case> cases() {
   return out;
 }
 
+void PrintTo(const Case& c, std::ostream* os) {  // not its bytes (ctest, failures)
+  *os << to_string(c.path) << ", n " << c.n << (c.decoupled ? ", adamw" : ", adam")
+      << (c.bias_correction ? "" : ", no bias correction");
+}
+
 class CpuAdam : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CpuAdam, MatchesTheFlatAdamWithin1e6) {

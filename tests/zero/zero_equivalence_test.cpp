@@ -130,6 +130,9 @@ const std::vector<nlohmann::json>& reference(const ZeroRun& run) {
   return it->second;
 }
 
+// What ctest and a failure print for a case: its name, not its bytes.
+void PrintTo(const ZeroRun& run, std::ostream* os) { *os << run.name(); }
+
 class ZeroEquivalence : public ::testing::TestWithParam<ZeroRun> {};
 
 TEST_P(ZeroEquivalence, LossTrajectoryMatchesStage0OnOneProcess) {

@@ -7,8 +7,8 @@ from .layer import MoE
 
 
 def expert_parallelism(model, tensor_parallel_size):
-    """(the InitOptions fields for the experts, {id(param): engine name} of the experts renamed). Collective when a layer
-    has ep_size > 1. Layers with ep_size 1 need nothing: their experts are data parallel like any parameter.
+    """(the InitOptions fields for the experts, {id(param): engine name} of the experts renamed). Collective when a
+    layer has ep_size > 1. Layers with ep_size 1 need nothing: their experts are data parallel like any parameter.
 
     `tensor_parallel_size`: the mpu's (1 without one). At 1 — Megatron-DeepSpeed's MoE runs pass an mpu of
     tensor-parallel size 1 — every rank is data parallel and the expert groups are cut from the whole job; under

@@ -1,6 +1,7 @@
 """What DeepSpeed shows on each ZeRO-3 parameter that callers read: `ds_status` (ZeroParamStatus), `ds_shape`,
-`ds_numel` and `ds_active_sub_modules`. TRL's losses read ds_status on the head's weight to decide whether to gather it themselves
-(trl/trainer/utils.py maybe_gather_lm_head_ctx); its unwrap_model_for_generation clears ds_active_sub_modules.
+`ds_numel` and `ds_active_sub_modules`. TRL's losses read ds_status on the head's weight to decide whether to
+gather it themselves (trl/trainer/utils.py maybe_gather_lm_head_ctx); its unwrap_model_for_generation clears
+ds_active_sub_modules; the Trainer counts parameters with ds_numel.
 
 Nothing is stored on the tensors: under ZeRO-3 the engine's parameters become ZeroParameter, an nn.Parameter whose
 ds_status is read off the tensor itself — a released parameter holds no elements (its shard lives in the engine's

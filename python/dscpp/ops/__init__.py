@@ -1,2 +1,3 @@
-"""DeepSpeed's ops: the kernels the engine uses, as torch.optim optimizers (dscpp.ops.adam.DeepSpeedCPUAdam)."""
+"""DeepSpeed's ops: the CPU optimizers as torch.optim optimizers (dscpp.ops.adam.DeepSpeedCPUAdam, the engine's SIMD
+kernel; adagrad.DeepSpeedCPUAdagrad; lion.DeepSpeedCPULion)."""
 from . import adam  # noqa: F401

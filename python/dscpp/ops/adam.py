@@ -4,6 +4,7 @@ chosen for this CPU). Passed to dscpp.initialize it becomes the config's Adam wi
 import torch
 
 from .. import _C
+from ._step import params_with_grads, run_closure
 
 
 class DeepSpeedCPUAdam(torch.optim.Optimizer):
@@ -24,25 +25,17 @@ class DeepSpeedCPUAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
+        loss = run_closure(closure)
+        for group, p in params_with_grads(self, "DeepSpeedCPUAdam"):
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("DeepSpeedCPUAdam does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = 0
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                state["step"] += 1
-                _C.cpu_adam_step(p.data, p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"],
-                                 lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
-                                 weight_decay=group["weight_decay"], decoupled=self.adam_w_mode,
-                                 bias_correction=group["bias_correction"], step=state["step"])
+            state = self.state[p]
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            state["step"] += 1
+            _C.cpu_adam_step(p.data, p.grad.contiguous(), state["exp_avg"], state["exp_avg_sq"],
+                             lr=group["lr"], beta1=beta1, beta2=beta2, eps=group["eps"],
+                             weight_decay=group["weight_decay"], decoupled=self.adam_w_mode,
+                             bias_correction=group["bias_correction"], step=state["step"])
         return loss

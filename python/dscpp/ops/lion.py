@@ -5,6 +5,8 @@ momentum m ← β2·m + (1 − β2)·g. Passed to dscpp.initialize it becomes th
 by the engine's flat Lion (src/optim/flat_lion.cpp: the same order of operations)."""
 import torch
 
+from ._step import params_with_grads, run_closure
+
 
 class DeepSpeedCPULion(torch.optim.Optimizer):
     def __init__(self, model_params, lr=1e-3, betas=(0.9, 0.999), weight_decay=0, fp32_optimizer_states=True):
@@ -16,24 +18,16 @@ class DeepSpeedCPULion(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
+        loss = run_closure(closure)
+        for group, p in params_with_grads(self, "DeepSpeedCPULion"):
             beta1, beta2 = group["betas"]
             lr, weight_decay = group["lr"], group["weight_decay"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                if p.grad.is_sparse:
-                    raise RuntimeError("DeepSpeedCPULion does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
-                m = state["exp_avg"]
-                if weight_decay != 0:
-                    p.mul_(1.0 - lr * weight_decay)
-                p.add_(m.mul(beta1).add_(p.grad, alpha=1.0 - beta1).sign_(), alpha=-lr)
-                m.mul_(beta2).add_(p.grad, alpha=1.0 - beta2)
+            state = self.state[p]
+            if not state:
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            m = state["exp_avg"]
+            if weight_decay != 0:
+                p.mul_(1.0 - lr * weight_decay)
+            p.add_(m.mul(beta1).add_(p.grad, alpha=1.0 - beta1).sign_(), alpha=-lr)
+            m.mul_(beta2).add_(p.grad, alpha=1.0 - beta2)
         return loss

@@ -1,18 +1,14 @@
 // Stage 1: fp32 master weights and optimizer state sharded over ranks; every rank keeps whole 16-bit parameters
 // and gradients, and at the accumulation boundary each gradient bucket is reduce-scattered to its owners.
 #include "dscpp/zero/in_flight.h"
-#include "dscpp/zero/sharded_master.h"
-#include "dscpp/zero/zero_stage.h"
+#include "sharded_flat_stage.h"
 
 namespace dscpp {
 namespace {
 
-class Stage1 final : public ZeroStage {
+class Stage1 final : public ShardedFlatStage {
  public:
-  explicit Stage1(const StageContext& context)
-      : flat_(*context.flat), master_(context, flat_.layout(), flat_.partition(context.comm->rank())) {
-    flat_.attach_grad_buffer();
-  }
+  explicit Stage1(const StageContext& context) : ShardedFlatStage(context) { flat_.attach_grad_buffer(); }
 
   int stage() const override { return 1; }
 
@@ -29,23 +25,10 @@ class Stage1 final : public ZeroStage {
     master_.prepare_master_grads();
   }
 
-  const FlatLayout& layout() const override { return flat_.layout(); }
-  torch::Tensor& master_params() override { return master_.params(); }
-  void release_master() override { master_.release_master(); }
-  torch::Tensor& master_grads() override { return master_.master_grads(); }
-  torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }
-  void publish_params() override { master_.publish(flat_); }
-  void publish_range(int64_t begin, const torch::Tensor& values) override {
-    master_.publish_range(flat_, begin, values);
-  }
-  void finish_publish() override { master_.finish_publish(); }
-
   void zero_grads() override {
     flat_.zero_grads();
     master_.zero_grads();
   }
-
-  void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }
 
   StageMemory memory() const override {
     StageMemory m;
@@ -55,10 +38,6 @@ class Stage1 final : public ZeroStage {
     m.buffers = master_.shard_bytes() + master_.master_grad_bytes();
     return m;
   }
-
- private:
-  FlatParams& flat_;
-  ShardedMaster master_;
 };
 
 }  // namespace

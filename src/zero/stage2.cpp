@@ -5,18 +5,15 @@
 
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/zero/in_flight.h"
-#include "dscpp/zero/sharded_master.h"
-#include "dscpp/zero/zero_stage.h"
+#include "sharded_flat_stage.h"
 
 namespace dscpp {
 namespace {
 
-class Stage2 final : public ZeroStage {
+class Stage2 final : public ShardedFlatStage {
  public:
   explicit Stage2(const StageContext& context)
-      : flat_(*context.flat),
-        master_(context, flat_.layout(), flat_.partition(context.comm->rank())),
-        in_flight_(context.overlap_comm ? kMaxCollectivesInFlight : 0) {
+      : ShardedFlatStage(context), in_flight_(context.overlap_comm ? kMaxCollectivesInFlight : 0) {
     const auto& params = flat_.param_tensors();
     remaining_.resize(flat_.layout().groups().size());
     reset_micro_step();
@@ -42,19 +39,7 @@ class Stage2 final : public ZeroStage {
   // Reduced bucket by bucket in backward; only the fp32 widening for the optimizer is left.
   void reduce_gradients() override { master_.prepare_master_grads(); }
 
-  const FlatLayout& layout() const override { return flat_.layout(); }
-  torch::Tensor& master_params() override { return master_.params(); }
-  void release_master() override { master_.release_master(); }
-  torch::Tensor& master_grads() override { return master_.master_grads(); }
-  torch::Tensor local_grad_sq_norm() override { return master_.local_grad_sq_norm(); }
-  void publish_params() override { master_.publish(flat_); }
-  void publish_range(int64_t begin, const torch::Tensor& values) override {
-    master_.publish_range(flat_, begin, values);
-  }
-  void finish_publish() override { master_.finish_publish(); }
   void zero_grads() override { master_.zero_grads(); }
-
-  void visit_params(const ParamVisitor& fn) override { flat_.visit(fn); }
 
   StageMemory memory() const override {
     StageMemory m;
@@ -110,8 +95,6 @@ class Stage2 final : public ZeroStage {
     }
   }
 
-  FlatParams& flat_;
-  ShardedMaster master_;
   InFlight in_flight_;
   std::vector<std::unique_ptr<compat::PostAccumulateGradHook>> hooks_;
   bool in_backward_ = false;

@@ -92,12 +92,13 @@ def without_auto(value):
     return value
 
 
-def zero_section_without_auto(config_dict, config_path):
-    """(config_dict, config_path) with the "auto" entries of zero_optimization dropped, as DeepSpeed's initialize
-    drops them (TRL builds its reference model's engine before the Trainer fills the model-dependent bucket sizes);
-    a config without such entries comes back as it was (a file stays a file, whose name heads its errors)."""
-    config = config_dict if config_dict is not None else load_json(config_path)
+def zero_section_without_auto(config, config_dict, config_path):
+    """(config, config_dict, config_path) with the "auto" entries of zero_optimization dropped, as DeepSpeed's
+    initialize drops them (TRL builds its reference model's engine before the Trainer fills the model-dependent bucket
+    sizes). `config` is the JSON read (config_dict, or the file's); a config without such entries comes back as it
+    was (a file stays a file, whose name heads its errors)."""
     zero = config.get("zero_optimization")
     if not isinstance(zero, dict) or without_auto(zero) == zero:
-        return config_dict, config_path
-    return {**config, "zero_optimization": without_auto(zero)}, None
+        return config, config_dict, config_path
+    config = {**config, "zero_optimization": without_auto(zero)}
+    return config, config, None

@@ -109,7 +109,7 @@ def _dataloader(training_data, engine, collate_fn, drop_last):
                       drop_last=drop_last)
 
 
-def _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path):
+def _client_scheduler(lr_scheduler, client_optimizer, settings):
     """A client lr_scheduler, as DeepSpeed takes it: a torch scheduler over the client optimizer, or a callable
     making one from it. The engine then steps with the optimizer's lr, which the scheduler sets after each step."""
     if lr_scheduler is None:
@@ -125,8 +125,7 @@ def _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path):
         lr_scheduler = lr_scheduler(client_optimizer)
     if getattr(lr_scheduler, "optimizer", None) is not client_optimizer:
         raise ValueError("dscpp.initialize: the lr_scheduler schedules another optimizer than the one passed")
-    config = config_dict if config_dict is not None else load_json(config_path)
-    if config.get("scheduler"):
+    if settings.get("scheduler"):
         raise ValueError(f"dscpp.initialize: an lr_scheduler was passed ({type(lr_scheduler).__name__}) and the "
                          "config has a \"scheduler\" section; keep one")
     return lr_scheduler
@@ -153,7 +152,11 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if mesh_param is not None:
         raise NotImplementedError("dscpp.initialize: mesh_param is not supported yet; pass an mpu for tensor "
                                   "parallelism")
-    config_dict, config_path = zero_section_without_auto(*resolve_config(args, config, config_params))
+    config_dict, config_path = resolve_config(args, config, config_params)
+    # `settings`: the config's JSON, read once for the decisions below; the engine still gets a file by its path (its
+    # name heads the engine's errors) unless initialize had to change the config.
+    settings = config_dict if config_dict is not None else load_json(config_path)
+    settings, config_dict, config_path = zero_section_without_auto(settings, config_dict, config_path)
     if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(distributed_port=distributed_port)
 
@@ -170,47 +173,42 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         section = optimizer_section(optimizer)
         untrained = _untrained([p for p in optimizer_parameters(optimizer) if p.requires_grad], trainable,
                                "the optimizer")
-        if config_dict is None:
-            config_dict, config_path = load_json(config_path), None
-        if "optimizer" in config_dict:
+        if "optimizer" in settings:
             # DeepSpeed uses the client optimizer as its basic optimizer and never reads the config's section.
-            warnings.warn(f"dscpp.initialize: the config's \"optimizer\" section ({config_dict['optimizer']}) is "
+            warnings.warn(f"dscpp.initialize: the config's \"optimizer\" section ({settings['optimizer']}) is "
                           f"not used: the optimizer passed ({type(optimizer).__name__}) is, as in DeepSpeed")
-        config_dict = {**config_dict, "optimizer": section}
+        config_dict, config_path = {**settings, "optimizer": section}, None
         client_optimizer = optimizer
         groups = engine_groups(_trainable_only(optimizer.param_groups))
     elif model_parameters is not None:
         model_parameters = _trainable_only(list(model_parameters))
         untrained = _untrained(_flatten_parameters(model_parameters), trainable, "model_parameters")
         if any(isinstance(g, dict) for g in model_parameters):
-            config = config_dict if config_dict is not None else load_json(config_path)
-            groups = engine_groups(model_parameters, config.get("optimizer", {}).get("params", {}))
+            groups = engine_groups(model_parameters, settings.get("optimizer", {}).get("params", {}))
     # A callable lr_scheduler with the config's optimizer (the Trainer's, for a config without "scheduler"): made,
     # as DeepSpeed makes it, from the engine's optimizer once the engine exists.
     scheduler_maker = None
     if lr_scheduler is not None and client_optimizer is None and callable(lr_scheduler) and \
             not hasattr(lr_scheduler, "step"):
-        config = config_dict if config_dict is not None else load_json(config_path)
-        if config.get("scheduler"):
+        if settings.get("scheduler"):
             raise ValueError("dscpp.initialize: an lr_scheduler callable was passed and the config has a "
                              "\"scheduler\" section; keep one")
         scheduler_maker, lr_scheduler = lr_scheduler, None
-    client_scheduler = _client_scheduler(lr_scheduler, client_optimizer, config_dict, config_path)
+    client_scheduler = _client_scheduler(lr_scheduler, client_optimizer, settings)
     forward_only, forward_only_file = False, None
     if optimizer is None:
-        config = config_dict if config_dict is not None else load_json(config_path)
-        if "optimizer" not in config:
+        if "optimizer" not in settings:
             # No optimizer anywhere: DeepSpeed's engine then runs forward only (TRL's reference model, an evaluation
             # copy). The C++ engine is built to train, so it gets a stateless SGD at lr 0 (no optimizer state; its
             # gradient buffers are still allocated) that the wrapper never lets step: backward and step are refused.
-            if config.get("scheduler"):
+            if settings.get("scheduler"):
                 raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")
             if scheduler_maker is not None:
                 raise ValueError("dscpp.initialize: an lr_scheduler callable was passed but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")
             forward_only_file = config_path  # the file's name still heads its errors (below)
-            config_dict, config_path = {**config, "optimizer": _FORWARD_ONLY_OPTIMIZER}, None
+            config_dict, config_path = {**settings, "optimizer": _FORWARD_ONLY_OPTIMIZER}, None
             forward_only = True
 
     # ZeRO-3's units (the other stages ignore them): each module's own parameters, or a leaf module's all.

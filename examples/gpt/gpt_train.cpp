@@ -12,6 +12,7 @@
 #include <iostream>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include "auto_flags.h"
 #include "data/batch_sampler.h"
@@ -177,23 +178,42 @@ void add_flags(CLI::App& app, Args& a) {
   gpt::add_auto_flags(app, a.autos);
 }
 
-dscpp::Config load_config(const Args& a, int world_size, int64_t hidden_size) {
+// The config as given: the embedded default, or --deepspeed_config's file, read once for both of its readings (the
+// model-parallel sizes ahead of the parse, then the parse).
+struct ConfigSource {
+  std::string path;  // "" for the embedded default
+  std::string text;
+};
+
+ConfigSource read_config(const Args& a) {
+  if (a.deepspeed_config.empty()) return {"", kDefaultConfig};
+  std::ifstream in(a.deepspeed_config);
+  if (!in) throw dscpp::ConfigError(a.deepspeed_config + ": cannot open the config file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return {a.deepspeed_config, text.str()};
+}
+
+dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_size, int64_t hidden_size) {
   dscpp::ConfigOptions options;
   options.world_size = world_size;
   options.auto_values = gpt::auto_values(a.autos, a.steps, hidden_size);
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
-  return a.deepspeed_config.empty() ? dscpp::Config::from_string(kDefaultConfig, options)
-                                    : dscpp::Config::from_file(a.deepspeed_config, options);
+  try {
+    return dscpp::Config::from_string(source.text, options);
+  } catch (const dscpp::ConfigError& e) {
+    if (source.path.empty()) throw;
+    throw dscpp::ConfigError(source.path + ": " + e.what());  // errors name the file, as Config::from_file's
+  }
 }
 
-// The config file's model-parallel sizes (dscpp::read_parallel_layout), read ahead of the parse, which needs the
+// The config's model-parallel sizes (dscpp::read_parallel_sizes), read ahead of the parse, which needs the
 // data-parallel size they decide; a file that does not parse gives 1s here and its error at the parse.
-dscpp::ParallelLayout file_layout(const Args& a) {
-  if (a.deepspeed_config.empty()) return {};
-  std::ifstream in(a.deepspeed_config);
-  return dscpp::read_parallel_layout(nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false));
+dscpp::ParallelSizes file_layout(const ConfigSource& source) {
+  if (source.path.empty()) return {};
+  return dscpp::read_parallel_sizes(nlohmann::json::parse(source.text, nullptr, /*allow_exceptions=*/false));
 }
 
 // A layout size: the flag, else the file's `section.key` (`from_file`). A flag that contradicts the file is an error.
@@ -321,139 +341,140 @@ void init_from_hf(dscpp::Engine& engine, torch::nn::Module& model, const std::st
   if (rank == 0) std::cerr << "[gpt-train] initialised from " << path << std::endl;
 }
 
-int run(const Args& a) {
-  // Under `dscpp launch` (or torchrun/srun/mpirun) the engine joins the job; alone it is a single process.
-  const auto env = dscpp::DistEnv::from_env();
-  const int rank = env.rank, world = env.world_size;
-  // Counts what CPU tensors hold, so the metrics can say how much memory activations took (RSS cannot).
-  dscpp::CpuMemoryTracker::install();
-  const torch::Device device = dscpp::rank_device(a.device, env.local_rank);
-  dscpp::make_current(device);  // before the model allocates anything there
+// Where this rank sits: its device and the rank grid — tensor-parallel groups of adjacent ranks, then data
+// parallelism, then pipeline stages (DeepSpeed's order). The engine's comm is the data-parallel group; every rank of a
+// model-parallel group and of a pipeline reads the same rows (the first stage their inputs, the last their targets).
+struct Placement {
+  dscpp::DistEnv env;
+  torch::Device device{torch::kCPU};
+  int tp = 1, pp = 1, dp = 1, dp_rank = 0;
+  std::optional<dscpp::ParallelGroups> groups;  // with tensor or pipeline parallelism
+};
 
-  auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
-                                                                          : gpt::TokenDataset::from_file(a.data));
-  const auto model_cfg = model_config(a, dataset->vocab_size());
-  // 128 by default keeps the no-argument run to a minute or two on two cores; any length up to the block works.
-  const int64_t seq_len = a.seq_len.value_or(std::min<int64_t>(model_cfg.block_size, 128));
-  if (seq_len < 1 || seq_len > model_cfg.block_size) {
-    throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
-                                std::to_string(model_cfg.block_size) + "]");
-  }
-  // The rank grid: tensor-parallel groups of adjacent ranks, then data parallelism, then pipeline stages (DeepSpeed's
-  // order). The engine's comm is the data-parallel group; every rank of a model-parallel group and of a pipeline
-  // reads the same rows (the first stage their inputs, the last their targets).
-  const dscpp::ParallelLayout from_file = file_layout(a);
-  const int tp = layout_size(a, a.tensor_parallel, from_file.tensor, "--tensor_parallel", "tensor_parallel",
-                             "autotp_size");
-  const int pp = layout_size(a, a.pipeline_parallel, from_file.pipeline, "--pipeline_parallel", "pipeline", "stages");
-  const dscpp::ProcessTopology topology(world, pp, tp);
-  if (tp > 1 || pp > 1) {
-    const std::string layout = tp > 1 ? "tensor parallelism (" + std::to_string(tp) + " ranks per model)"
-                                      : "pipeline parallelism (" + std::to_string(pp) + " stages)";
-    // Checkpoints (--save_dir, --load_dir) are parts of whole parameters, any layout; these write or read whole
-    // weights from one rank's copy.
-    for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--init_from", &a.init_from},
-                                      {"--save_16bit", &a.save_16bit}}) {
-      if (!value->empty()) {
-        throw std::invalid_argument(std::string(flag) + " with " + layout + " is not supported yet: it reads or "
-                                    "writes whole weights; use --save_dir and `dscpp consolidate` for the whole model");
-      }
+Placement place(const Args& a, const ConfigSource& source) {
+  Placement p;
+  // Under `dscpp launch` (or torchrun/srun/mpirun) the engine joins the job; alone it is a single process.
+  p.env = dscpp::DistEnv::from_env();
+  p.device = dscpp::rank_device(a.device, p.env.local_rank);
+  dscpp::make_current(p.device);  // before the model allocates anything there
+  const dscpp::ParallelSizes from_file = file_layout(source);
+  p.tp = layout_size(a, a.tensor_parallel, from_file.tensor, "--tensor_parallel", "tensor_parallel", "autotp_size");
+  p.pp = layout_size(a, a.pipeline_parallel, from_file.pipeline, "--pipeline_parallel", "pipeline", "stages");
+  const dscpp::ProcessTopology topology(p.env.world_size, p.pp, p.tp);
+  p.dp = topology.data();
+  p.dp_rank = p.env.rank;
+  if (p.tp == 1 && p.pp == 1) return p;
+  const std::string layout = p.tp > 1 ? "tensor parallelism (" + std::to_string(p.tp) + " ranks per model)"
+                                      : "pipeline parallelism (" + std::to_string(p.pp) + " stages)";
+  // Checkpoints (--save_dir, --load_dir) are parts of whole parameters, any layout; these write or read whole
+  // weights from one rank's copy.
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--init_from", &a.init_from},
+                                    {"--save_16bit", &a.save_16bit}}) {
+    if (!value->empty()) {
+      throw std::invalid_argument(std::string(flag) + " with " + layout + " is not supported yet: it reads or "
+                                  "writes whole weights; use --save_dir and `dscpp consolidate` for the whole model");
     }
   }
-  std::optional<dscpp::ParallelGroups> groups;
-  if (tp > 1 || pp > 1) {
-    groups = dscpp::make_parallel_groups(dscpp::init_comm(env, dscpp::comm_backend_for(device, env.local_size)),
-                                         topology);
-  }
-  const int dp = topology.data(), dp_rank = groups ? groups->data->rank() : rank;
-  const auto config = load_config(a, dp, model_cfg.n_embd);
-  const auto moe = moe_settings(a, tp, pp);
+  p.groups = dscpp::make_parallel_groups(
+      dscpp::init_comm(p.env, dscpp::comm_backend_for(p.device, p.env.local_size)), topology);
+  p.dp_rank = p.groups->data->rank();
+  return p;
+}
 
-  // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
-  // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3).
+// The model and the engine that trains it: the data-parallel engine, or this rank's stage of a pipeline.
+struct Trainer {
+  gpt::Gpt model{nullptr};
+  std::unique_ptr<dscpp::PipelineEngine> pipeline;
+  std::unique_ptr<dscpp::Engine> data_parallel;
+  dscpp::Engine* engine = nullptr;
+};
+
+// Builds the model (under ZeRO-3 partitioned as it is built) and its engine; each block then runs inside its
+// run_unit and, with --activation_checkpointing, checkpointed.
+Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& config, const gpt::GptConfig& model_cfg,
+                      std::function<void(const std::string&)> log) {
+  const auto moe = moe_settings(a, p.tp, p.pp);
   dscpp::InitOptions init;
-  if (groups && pp == 1) {  // a pipeline's engine takes its groups from PipelineEngine
-    init.comm = groups->data;
-    init.model_parallel_group = groups->model;
-    init.world_group = groups->world;
+  init.log = std::move(log);
+  if (p.groups && p.pp == 1) {  // a pipeline's engine takes its groups from PipelineEngine
+    init.comm = p.groups->data;
+    init.model_parallel_group = p.groups->model;
+    init.world_group = p.groups->world;
   }
   // Expert parallelism: the expert-parallel group carries the tokens (the model's), the expert-data-parallel group
   // averages the experts' gradients (the engine's); both are cut from the data-parallel group.
   gpt::MoeSettings moe_parallel = moe;
   if (moe.ep_size > 1) {
-    if (!init.comm) init.comm = dscpp::init_comm(env, dscpp::comm_backend_for(device, env.local_size));
+    if (!init.comm) init.comm = dscpp::init_comm(p.env, dscpp::comm_backend_for(p.device, p.env.local_size));
     const auto experts = dscpp::moe::make_expert_groups(init.comm, moe.ep_size);
     moe_parallel.ep_group = experts.expert_parallel;
     init.expert_data_parallel_group = experts.expert_data_parallel;
   }
   if (!config.optimizer) {
     init.client_optimizer = hf_trainer_adamw(a);
-    if (rank == 0) {
+    if (p.env.rank == 0) {
       std::cerr << "[gpt-train] the config has no \"optimizer\" section: training with AdamW(lr " << a.autos.lr
                 << ", weight_decay " << a.autos.weight_decay << ", betas (0.9, 0.999), eps 1e-8) from --lr and "
                 << "--weight_decay, as the HF Trainer builds it" << std::endl;
     }
   }
+  // Under ZeRO-3 each block is a gather unit. Built partitioned, every rank keeps only its shard of each block
+  // as soon as the block exists, so no rank ever holds the whole model (as HF builds under ZeRO-3). A pipeline
+  // refuses ZeRO-3 (PipelineEngine says why), and so does the engine with expert parallelism.
   gpt::GptImpl::BlockBuilt block_built;
-  // A pipeline refuses ZeRO-3 (PipelineEngine says why), and so does the engine with expert parallelism.
-  if (config.zero.stage == 3 && a.zero_init && pp == 1 && moe.ep_size == 1) {
-    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, init.comm, device);  // shards on `device`
+  if (config.zero.stage == 3 && a.zero_init && p.pp == 1 && moe.ep_size == 1) {
+    init.partitioned = std::make_shared<dscpp::PartitionedInit>(config, init.comm, p.device);  // shards on device
     block_built = [zero_init = init.partitioned](std::shared_ptr<torch::nn::Module> block) {
       zero_init->partition(block);
     };
   }
   torch::manual_seed(a.seed);
-  auto model = gpt::Gpt(model_cfg, block_built, groups ? groups->model : nullptr, moe_parallel);
+  Trainer t;
+  t.model = gpt::Gpt(model_cfg, block_built, p.groups ? p.groups->model : nullptr, moe_parallel);
+  auto& model = t.model;
   init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
     for (auto& child : model->named_children()) {
-      if (child.key() != "h") child.value()->to(device);
+      if (child.key() != "h") child.value()->to(p.device);
     }
   } else {
-    model->to(device);
+    model->to(p.device);
   }
-  if (!init.partitioned && pp == 1) {
+  if (!init.partitioned && p.pp == 1) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
-  gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
-  init.log = [&](const std::string& line) {
-    if (rank != 0) return;
-    progress.clear();
-    std::cerr << line << std::endl;
-  };
   // Pipelined, every rank builds the whole model (the same values at every layout) and keeps its stage's layers;
   // the other layers' parameters are released. With --activation_checkpointing each block is checkpointed, as
   // without a pipeline (pipeline.activation_checkpoint_interval 1 unless the config sets one).
-  std::unique_ptr<dscpp::PipelineEngine> pipeline;
-  std::unique_ptr<dscpp::Engine> data_parallel;
-  if (pp > 1) {
+  if (p.pp > 1) {
     auto pipe_config = config;
     if (a.activation_checkpointing && pipe_config.pipeline.activation_checkpoint_interval == 0) {
       pipe_config.pipeline.activation_checkpoint_interval = 1;
     }
-    pipeline = std::make_unique<dscpp::PipelineEngine>(gpt::pipeline_model(model), pipe_config, *groups, init);
+    t.pipeline = std::make_unique<dscpp::PipelineEngine>(gpt::pipeline_model(model), pipe_config, *p.groups, init);
     std::set<const c10::TensorImpl*> kept;
-    for (const auto& p : pipeline->module()->parameters()) kept.insert(p.unsafeGetTensorImpl());
+    for (const auto& param : t.pipeline->module()->parameters()) kept.insert(param.unsafeGetTensorImpl());
     torch::NoGradGuard no_grad;
-    for (auto& p : model->parameters()) {
-      if (!kept.count(p.unsafeGetTensorImpl())) p.set_data(torch::empty({0}, p.options()));
+    for (auto& param : model->parameters()) {
+      if (!kept.count(param.unsafeGetTensorImpl())) param.set_data(torch::empty({0}, param.options()));
     }
     // Dropout: stage s draws from a generator seeded --seed + 100·s from here on (Megatron's rule; the same on
     // every data- and tensor-parallel rank of the stage), so a pipelined run is reproducible, but its masks are not
     // the ones one process would draw: that process draws every layer from one generator in turn.
-    torch::manual_seed(a.seed + 100 * static_cast<uint64_t>(groups->coord.pipe));
+    torch::manual_seed(a.seed + 100 * static_cast<uint64_t>(p.groups->coord.pipe));
+    t.engine = &t.pipeline->engine();
   } else {
-    data_parallel = dscpp::initialize(model.ptr(), config, init);
+    t.data_parallel = dscpp::initialize(model.ptr(), config, init);
+    t.engine = t.data_parallel.get();
   }
-  dscpp::Engine* engine = pipeline ? &pipeline->engine() : data_parallel.get();
   // Each block inside its run_unit (ZeRO-3 gathers its parameters there, also for a recompute in backward) and,
   // with --activation_checkpointing, checkpointed: the block holds itself in the closure, which backward calls again.
   // An MoE block's load-balancing loss leaves the checkpoint beside its output, so that its gradient reaches the gate
   // through the recompute (the checkpointed forward itself runs without autograd); the recompute draws the forward's
   // random numbers again (RTS, Jitter, 2nd-expert sampling), so it routes the same tokens.
-  model->set_block_runner([&engine, checkpoint = a.activation_checkpointing](const gpt::Block& block,
-                                                                              const torch::Tensor& x) {
+  model->set_block_runner([engine = t.engine, checkpoint = a.activation_checkpointing](const gpt::Block& block,
+                                                                                    const torch::Tensor& x) {
     return engine->run_unit(*block, [&] {
       const auto unit = block.ptr();
       if (!checkpoint) return unit->forward(x);
@@ -468,7 +489,140 @@ int run(const Args& a) {
       return outputs[0];
     });
   });
-  if (!a.init_from.empty()) init_from_hf(*engine, *model, a.init_from, rank);  // (refused above when pipelined)
+  return t;
+}
+
+// One optimizer step: gradient_accumulation_steps micro-batches of forward, backward and step (a pipeline runs
+// them in its 1F1B schedule).
+void train_step(Trainer& t, int64_t grad_accum, const std::function<dscpp::MicroBatch(int64_t)>& micro_batch) {
+  if (t.pipeline) {
+    t.pipeline->train_batch([&](int micro) { return micro_batch(micro); });
+    return;
+  }
+  for (int64_t micro = 0; micro < grad_accum; ++micro) {
+    const auto rows = micro_batch(micro);
+    auto loss = t.engine->forward([&] { return t.model->loss(rows.inputs, rows.labels); });
+    t.engine->backward(loss);
+    t.engine->step();
+  }
+}
+
+// A pipeline stage's statistics over the steps after the first (warm-up), and one rank's of them as they travel to
+// rank 0.
+struct PipelineTotals {
+  int64_t stage = 0, replica = 0;  // the stage and which model-parallel replica (data × tensor coordinate)
+  double idle_s = 0, batch_s = 0;
+  int64_t peak_in_flight = 0, activation_peak = -1;
+
+  void add(const dscpp::PipeStepStats& stats, bool timed) {
+    if (timed) idle_s += stats.idle_s, batch_s += stats.batch_s;
+    peak_in_flight = std::max<int64_t>(peak_in_flight, stats.peak_in_flight);
+    activation_peak = std::max(activation_peak, stats.activation_peak);
+  }
+  static constexpr size_t kPacked = 6;
+  std::vector<int64_t> pack() const {
+    return {stage, replica, static_cast<int64_t>(idle_s * 1e6), static_cast<int64_t>(batch_s * 1e6), peak_in_flight,
+            activation_peak};
+  }
+  static PipelineTotals unpack(const int64_t* v) {
+    return {v[0], v[1], static_cast<double>(v[2]) * 1e-6, static_cast<double>(v[3]) * 1e-6, v[4], v[5]};
+  }
+};
+
+// Every rank's totals to rank 0 (through the store: no collective on the process group), one line per stage of the
+// first replica.
+void report_pipeline(PipelineTotals mine, const Placement& p, int64_t grad_accum) {
+  const auto& coord = p.groups->coord;
+  mine.stage = coord.pipe;
+  mine.replica = coord.data * p.tp + coord.model;
+  const auto all = p.groups->world->side_all_gather(mine.pack());
+  for (int r = 0; p.env.rank == 0 && r < p.env.world_size; ++r) {
+    const auto s = PipelineTotals::unpack(&all[PipelineTotals::kPacked * r]);
+    if (s.replica != 0) continue;
+    std::cerr << "[gpt-train] pipeline stage " << s.stage << ": idle " << std::fixed << std::setprecision(3)
+              << (s.batch_s > 0 ? s.idle_s / s.batch_s : 0.0) << " of its step time (1F1B bubble "
+              << dscpp::bubble_fraction(p.pp, static_cast<int>(grad_accum)) << "), at most " << s.peak_in_flight
+              << " micro-batches in flight, activation peak "
+              << (s.activation_peak < 0 ? std::string("n/a") : std::to_string(s.activation_peak / 1024) + " KiB")
+              << std::defaultfloat << std::endl;
+  }
+}
+
+// How fast one step went.
+struct StepSpeed {
+  double step_ms = 0, tokens_per_s = 0, model_flops_per_s = 0;
+};
+
+// One --metrics line: the step's report, its speed, memory (`ranks_memory`: every rank's breakdown, with
+// memory_breakdown on) and the swap and gather counters.
+void write_metrics(dscpp::MetricsJsonl& metrics, const Args& a, const Trainer& t, const dscpp::Config& config,
+                   int world_size, const StepSpeed& speed, const std::vector<dscpp::MemoryBreakdown>& ranks_memory) {
+  const auto& r = t.engine->last_step();
+  nlohmann::json memory_ranks = nlohmann::json::array();
+  for (const auto& m : ranks_memory) memory_ranks.push_back(dscpp::to_json(m));
+  const auto timers = t.engine->stage_timers();
+  metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
+                 {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", speed.step_ms},
+                 {"tokens_per_s", speed.tokens_per_s}, {"model_flops_per_s", speed.model_flops_per_s},
+                 {"mfu", a.peak_tflops ? nlohmann::json(speed.model_flops_per_s / (*a.peak_tflops * 1e12)) : nullptr},
+                 {"world_size", world_size},
+                 {"memory", dscpp::to_json(t.engine->memory())}, {"rss_bytes", dscpp::resident_bytes()},
+                 {"peak_rss_bytes", dscpp::peak_resident_bytes()},
+                 {"open_fds", dscpp::open_file_descriptors()}, {"swap_file_bytes", swap_file_bytes(config)},
+                 {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
+                 {"moe_all_to_all_s", t.model->moe_all_to_all_seconds()},
+                 {"param_swap", swap_json(timers.param_swap)},
+                 {"optimizer_swap", swap_json(t.engine->optimizer_swap())},
+                 {"wall_clock_s", times_json(r.times)},
+                 {"memory_breakdown", dscpp::to_json(t.engine->memory_breakdown())},
+                 {"memory_ranks", memory_ranks}});
+}
+
+// The last line: steps, loss, and MFU against the measured (or given) peak and the CPU's SIMD peak.
+void print_summary(const Args& a, const dscpp::Engine& engine, const torch::Device& device, double flops_per_s_sum,
+                   int64_t timed_steps) {
+  std::cerr << "[gpt-train] done: " << engine.global_steps() << " steps, final loss " << engine.last_step().loss
+            << ", skipped " << engine.skipped_steps();
+  if (timed_steps > 0) {
+    const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
+                                            : dscpp::measure_peak_flops(engine.compute_dtype(), device);
+    std::cerr << "; MFU " << std::fixed << std::setprecision(1) << 100.0 * flops_per_s_sum / timed_steps / peak_flops
+              << "% of " << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank"
+              << (a.peak_tflops ? "" : " (measured)");
+    // Against the silicon as well: the measured peak is LibTorch's best matmul here, not the vector units' limit.
+    const auto simd = device.is_cpu() ? dscpp::cpu_peak_flops(engine.compute_dtype()) : dscpp::CpuPeak{};
+    if (simd.flops > 0) {
+      std::cerr << ", " << 100.0 * flops_per_s_sum / timed_steps / simd.flops << "% of the CPU's SIMD peak "
+                << dscpp::format_flops(simd.flops, "FLOP/s") << " (" << simd.how << ")";
+    }
+  }
+  std::cerr << std::endl;
+}
+
+int run(const Args& a) {
+  // Counts what CPU tensors hold, so the metrics can say how much memory activations took (RSS cannot).
+  dscpp::CpuMemoryTracker::install();
+  const ConfigSource source = read_config(a);
+  const Placement p = place(a, source);
+  const int rank = p.env.rank;
+  auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
+                                                                          : gpt::TokenDataset::from_file(a.data));
+  const auto model_cfg = model_config(a, dataset->vocab_size());
+  // 128 by default keeps the no-argument run to a minute or two on two cores; any length up to the block works.
+  const int64_t seq_len = a.seq_len.value_or(std::min<int64_t>(model_cfg.block_size, 128));
+  if (seq_len < 1 || seq_len > model_cfg.block_size) {
+    throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
+                                std::to_string(model_cfg.block_size) + "]");
+  }
+  const auto config = load_config(a, source, p.dp, model_cfg.n_embd);
+  gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
+  Trainer t = build_trainer(a, p, config, model_cfg, [&progress, rank](const std::string& line) {
+    if (rank != 0) return;
+    progress.clear();
+    std::cerr << line << std::endl;
+  });
+  dscpp::Engine& engine = *t.engine;
+  if (!a.init_from.empty()) init_from_hf(engine, *t.model, a.init_from, rank);  // (refused above when pipelined)
   // One command line for the first start and every restart (`--save_dir D --load_dir D`, as under
   // `dscpp launch`'s supervisor): a D that holds no checkpoint yet starts from step 0, and says so.
   if (!a.load_dir.empty() && a.load_tag.empty() && dscpp::holds_no_checkpoint(a.load_dir)) {
@@ -477,7 +631,7 @@ int run(const Args& a) {
                 << std::endl;
     }
   } else if (!a.load_dir.empty()) {
-    engine->load_checkpoint(a.load_dir, a.load_tag);
+    engine.load_checkpoint(a.load_dir, a.load_tag);
   }
   // Saved with every checkpoint, so `dscpp consolidate --format hf-gpt2` can write HF's config.json.
   const nlohmann::json client_state = {
@@ -491,126 +645,57 @@ int run(const Args& a) {
   sampling.seed = a.seed;
   const gpt::BatchSampler sampler(dataset, sampling);
   const auto& batch = config.batch;
-  const int64_t rank_rows = batch.train_batch_size / dp;
+  const int64_t rank_rows = batch.train_batch_size / p.dp;
   if (rank == 0) {
     std::cerr << "[gpt-train] " << dataset->description() << "; model " << a.model << " (" << model_cfg.num_params()
               << " params, " << model_cfg.n_layer << " layers, " << model_cfg.n_embd << " wide), seq " << seq_len
               << "; global batch " << batch.train_batch_size << " = micro " << batch.micro_batch << " × accum "
-              << batch.grad_accum << " × data parallel " << dp << "; " << dscpp::to_string(config.compute_dtype())
+              << batch.grad_accum << " × data parallel " << p.dp << "; " << dscpp::to_string(config.compute_dtype())
               << "; ZeRO stage " << config.zero.stage;
-    if (tp > 1) std::cerr << "; tensor parallel " << tp;
-    if (pp > 1) std::cerr << "; pipeline parallel " << pp;
-    if (tp > 1 || pp > 1) std::cerr << " (world " << world << ")";
+    if (p.tp > 1) std::cerr << "; tensor parallel " << p.tp;
+    if (p.pp > 1) std::cerr << "; pipeline parallel " << p.pp;
+    if (p.tp > 1 || p.pp > 1) std::cerr << " (world " << p.env.world_size << ")";
     std::cerr << std::endl;
   }
 
   // MFU: the model's training FLOPs per rank and step (3 × the forward's matrix products; recomputation is not
   // model work) per second, over the rank's peak. The peak is measured once, after training, unless given.
-  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / (tp * pp);
+  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / (p.tp * p.pp);
   double flops_per_s_sum = 0;
   int64_t timed_steps = 0;
-
-  // Pipelined: each stage's bubble and activation peak over the steps after the first (warm-up).
-  double pipe_idle_s = 0, pipe_batch_s = 0;
-  int64_t pipe_peak_in_flight = 0, pipe_activation_peak = -1;
+  PipelineTotals pipeline_totals;
   std::optional<dscpp::MetricsJsonl> metrics;
   if (!a.metrics.empty() && rank == 0) metrics.emplace(a.metrics);
-  for (int64_t step = engine->global_steps(); step < a.steps; ++step) {
+
+  for (int64_t step = engine.global_steps(); step < a.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
-    auto micro_batch = [&](int64_t micro) {
-      const auto rows = sampler.rows(step, batch.train_batch_size, dp_rank * rank_rows + micro * batch.micro_batch,
+    train_step(t, batch.grad_accum, [&](int64_t micro) {
+      const auto rows = sampler.rows(step, batch.train_batch_size, p.dp_rank * rank_rows + micro * batch.micro_batch,
                                      batch.micro_batch);
-      return dscpp::MicroBatch{rows.inputs.to(device), rows.targets.to(device)};
-    };
-    if (pipeline) {
-      pipeline->train_batch([&](int micro) { return micro_batch(micro); });
-      const auto& stats = pipeline->last_stats();
-      if (step > 0) pipe_idle_s += stats.idle_s, pipe_batch_s += stats.batch_s;
-      pipe_peak_in_flight = std::max<int64_t>(pipe_peak_in_flight, stats.peak_in_flight);
-      pipe_activation_peak = std::max(pipe_activation_peak, stats.activation_peak);
-    } else {
-      for (int64_t micro = 0; micro < batch.grad_accum; ++micro) {
-        const auto rows = micro_batch(micro);
-        auto loss = engine->forward([&] { return model->loss(rows.inputs, rows.labels); });
-        engine->backward(loss);
-        engine->step();
-      }
-    }
-    const double step_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    const auto& r = engine->last_step();
-    const double tokens_per_s = batch.train_batch_size * seq_len / (step_ms / 1000.0);
-    progress.update(r.step, r.loss, tokens_per_s);
-    const double model_flops_per_s = step_flops / (step_ms / 1000.0);
-    if (step > 0) flops_per_s_sum += model_flops_per_s, ++timed_steps;  // the first step pays for warm-up
+      return dscpp::MicroBatch{rows.inputs.to(p.device), rows.targets.to(p.device)};
+    });
+    StepSpeed speed;
+    speed.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    speed.tokens_per_s = batch.train_batch_size * seq_len / (speed.step_ms / 1000.0);
+    speed.model_flops_per_s = step_flops / (speed.step_ms / 1000.0);
+    if (t.pipeline) pipeline_totals.add(t.pipeline->last_stats(), /*timed=*/step > 0);
+    progress.update(engine.last_step().step, engine.last_step().loss, speed.tokens_per_s);
+    if (step > 0) flops_per_s_sum += speed.model_flops_per_s, ++timed_steps;  // the first step pays for warm-up
     // With memory_breakdown on, the metrics carry every rank's breakdown: an exchange every rank joins.
     std::vector<dscpp::MemoryBreakdown> ranks_memory;
-    if (!a.metrics.empty() && config.memory_breakdown) ranks_memory = engine->memory_breakdown_all_ranks();
-    if (metrics) {
-      nlohmann::json memory_ranks = nlohmann::json::array();
-      for (const auto& m : ranks_memory) memory_ranks.push_back(dscpp::to_json(m));
-      const auto mem = engine->memory();
-      const auto timers = engine->stage_timers();
-      metrics->write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"loss_scale", r.loss_scale},
-                      {"grad_norm", r.grad_norm}, {"skipped", r.skipped}, {"step_ms", step_ms},
-                      {"tokens_per_s", tokens_per_s}, {"model_flops_per_s", model_flops_per_s},
-                      {"mfu", a.peak_tflops ? nlohmann::json(model_flops_per_s / (*a.peak_tflops * 1e12)) : nullptr},
-                      {"world_size", world},
-                      {"memory", dscpp::to_json(mem)}, {"rss_bytes", dscpp::resident_bytes()},
-                      {"peak_rss_bytes", dscpp::peak_resident_bytes()},
-                      {"open_fds", dscpp::open_file_descriptors()}, {"swap_file_bytes", swap_file_bytes(config)},
-                      {"gathers", timers.gathers}, {"gather_wait_s", timers.gather_wait_s},
-                      {"moe_all_to_all_s", model->moe_all_to_all_seconds()},
-                      {"param_swap", swap_json(timers.param_swap)},
-                      {"optimizer_swap", swap_json(engine->optimizer_swap())},
-                      {"wall_clock_s", times_json(r.times)},
-                      {"memory_breakdown", dscpp::to_json(engine->memory_breakdown())},
-                      {"memory_ranks", memory_ranks}});
-    }
-    const int64_t done = engine->global_steps();
+    if (!a.metrics.empty() && config.memory_breakdown) ranks_memory = engine.memory_breakdown_all_ranks();
+    if (metrics) write_metrics(*metrics, a, t, config, p.env.world_size, speed, ranks_memory);
+    const int64_t done = engine.global_steps();
     if (!a.save_dir.empty() && ((a.save_interval > 0 && done % a.save_interval == 0) || done == a.steps)) {
-      engine->save_checkpoint(a.save_dir, "", client_state);
+      engine.save_checkpoint(a.save_dir, "", client_state);
     }
   }
   progress.finish();
-  if (pipeline) {
-    // Every rank's numbers to rank 0 (through the store: no collective on the process group), one line per stage.
-    const auto all = groups->world->side_all_gather({groups->coord.pipe, groups->coord.data * tp + groups->coord.model,
-                                                     static_cast<int64_t>(pipe_idle_s * 1e6),
-                                                     static_cast<int64_t>(pipe_batch_s * 1e6), pipe_peak_in_flight,
-                                                     pipe_activation_peak});
-    for (int r = 0; rank == 0 && r < world; ++r) {
-      const int64_t* v = &all[6 * r];
-      if (v[1] != 0) continue;  // the first replica's stages
-      std::cerr << "[gpt-train] pipeline stage " << v[0] << ": idle " << std::fixed << std::setprecision(3)
-                << (v[3] > 0 ? static_cast<double>(v[2]) / v[3] : 0.0) << " of its step time (1F1B bubble "
-                << dscpp::bubble_fraction(pp, static_cast<int>(batch.grad_accum)) << "), at most " << v[4]
-                << " micro-batches in flight, activation peak "
-                << (v[5] < 0 ? std::string("n/a") : std::to_string(v[5] / 1024) + " KiB") << std::defaultfloat
-                << std::endl;
-    }
-  }
-  if (!a.save_16bit.empty() && engine->save_16bit_model(a.save_16bit) && rank == 0) {
+  if (t.pipeline) report_pipeline(pipeline_totals, p, batch.grad_accum);
+  if (!a.save_16bit.empty() && engine.save_16bit_model(a.save_16bit) && rank == 0) {
     std::cerr << "[gpt-train] wrote " << a.save_16bit << std::endl;
   }
-  if (rank == 0) {
-    std::cerr << "[gpt-train] done: " << engine->global_steps() << " steps, final loss " << engine->last_step().loss
-              << ", skipped " << engine->skipped_steps();
-    if (timed_steps > 0) {
-      const double peak_flops = a.peak_tflops ? *a.peak_tflops * 1e12
-                                              : dscpp::measure_peak_flops(engine->compute_dtype(), device);
-      std::cerr << "; MFU " << std::fixed << std::setprecision(1)
-                << 100.0 * flops_per_s_sum / timed_steps / peak_flops << "% of "
-                << dscpp::format_flops(peak_flops, "FLOP/s") << " per rank" << (a.peak_tflops ? "" : " (measured)");
-      // Against the silicon as well: the measured peak is LibTorch's best matmul here, not the vector units' limit.
-      const auto simd = device.is_cpu() ? dscpp::cpu_peak_flops(engine->compute_dtype()) : dscpp::CpuPeak{};
-      if (simd.flops > 0) {
-        std::cerr << ", " << 100.0 * flops_per_s_sum / timed_steps / simd.flops << "% of the CPU's SIMD peak "
-                  << dscpp::format_flops(simd.flops, "FLOP/s") << " (" << simd.how << ")";
-      }
-    }
-    std::cerr << std::endl;
-  }
+  if (rank == 0) print_summary(a, engine, p.device, flops_per_s_sum, timed_steps);
   return 0;
 }
 

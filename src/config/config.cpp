@@ -213,7 +213,7 @@ Config Config::from_file(const std::string& path, const ConfigOptions& options) 
   }
 }
 
-ParallelLayout read_parallel_layout(const nlohmann::json& config,
+ParallelSizes read_parallel_sizes(const nlohmann::json& config,
                                     const std::map<std::string, nlohmann::json>& overrides) {
   auto size = [&](const std::string& section, const std::string& key) {
     nlohmann::json value = 1;

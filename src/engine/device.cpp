@@ -38,4 +38,13 @@ void make_current(const torch::Device& device) {
   c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
 }
 
+torch::ScalarType to_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return torch::kFloat32;
+    case DType::kFloat16: return torch::kFloat16;
+    case DType::kBFloat16: return torch::kBFloat16;
+  }
+  throw std::logic_error("to_scalar_type: unknown DType");
+}
+
 }  // namespace dscpp

@@ -5,7 +5,6 @@
 
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/config/config_error.h"
-#include "dscpp/engine/components.h"
 #include "dscpp/engine/device.h"
 
 namespace dscpp {

@@ -117,34 +117,19 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
     if (stages.size() > 1) ties_.push_back({path, std::vector<int>(stages.begin(), stages.end())});
   }
 
-  connect_ties(options.norm_counted_elsewhere);
-
-  // The program names the whole model's sliced parameters; the stage's engine knows only its own.
-  // The stage keeps the sliced parameters (and their slices) of its own layers.
-  std::set<std::string> sliced;
-  std::map<std::string, TensorSlice> slices;
-  for (const auto& item : module_->named_parameters()) {
-    if (options.model_parallel_params.count(item.key())) sliced.insert(item.key());
-    const auto it = options.model_parallel_slices.find(item.key());
-    if (it != options.model_parallel_slices.end()) slices.insert(*it);
-  }
-  options.model_parallel_params = std::move(sliced);
-  options.model_parallel_slices = std::move(slices);
-  options.world_group = groups_.world;
-  options.comm = groups_.data;
-  options.model_parallel_group = groups_.model;
-  options.pipeline_group = groups_.pipe;
-  if (!options.log) {
-    options.log = [rank = groups_.world->rank()](const std::string& line) {
-      if (rank == 0) std::cerr << line << std::endl;
-    };
-  }
-  auto log = options.log;
+  // This stage's engine is assembled over the pipeline's groups; the program's names cover the whole model, of
+  // which the stage keeps its own layers' (ParallelLayout::Names::other_stages_named).
+  auto names = ParallelLayout::Names::of(options);
+  names.other_stages_named = true;
+  connect_ties(names.counted_elsewhere);
+  ParallelLayout::Groups layout_groups{groups_.data, groups_.model, groups_.pipe, groups_.world,
+                                       options.expert_data_parallel_group};
   for (const auto& param : module_->parameters()) {
     device_ = param.device();  // where the stage trains, and so where activations arrive
     break;
   }
-  engine_ = initialize(module_, config_, std::move(options));
+  engine_ = std::make_unique<Engine>(
+      assemble(module_, config_, std::move(options), std::move(layout_groups), std::move(names)));
   // The engine has re-pointed the parameters at its flat buffers: the tied copies' gradients are views of its
   // gradient buffer from here on.
   for (auto& tie : tie_groups_) {
@@ -156,7 +141,7 @@ PipelineEngine::PipelineEngine(PipelineModel model, const Config& config, Parall
   }
   schedule_ = train_schedule(p, s, config_.batch.grad_accum);
 
-  log(describe(infos, model.layers));
+  engine_->log(describe(infos, model.layers));
 }
 
 // A tie group per tied module: the stages holding a copy, within this rank's replica (same data and model

@@ -71,8 +71,8 @@ std::vector<Row> table() {
       // Communication.
       {"communication_data_type", "fp32", K::kActs, "untested: make_stage_context passes it to every stage as the wire dtype",
        [](const Config& c) { return c.communication_data_type == DType::kFloat32; }},
-      {"prescale_gradients", true, K::kActs, "untested: set_gradient_averaging (components.cpp) divides before the reduction", [](const Config& c) { return c.prescale_gradients; }},
-      {"gradient_predivide_factor", 2.0, K::kActs, "untested: set_gradient_averaging (components.cpp) splits the averaging",
+      {"prescale_gradients", true, K::kActs, "untested: stage_context (assemble.cpp) divides before the reduction", [](const Config& c) { return c.prescale_gradients; }},
+      {"gradient_predivide_factor", 2.0, K::kActs, "untested: stage_context (assemble.cpp) splits the averaging",
        [](const Config& c) { return c.gradient_predivide_factor == 2.0; }},
       {"sparse_gradients", true, K::kRefused, "sparse_gradients: this DeepSpeed feature is not supported yet"},
       // Precision.

@@ -218,7 +218,7 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   std::ifstream file(args.config_path);
   const auto raw = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);  // the parse reports bad JSON
   // The grid gpt-train forms from the same world: refused, with its words, where the layout does not divide it.
-  const ParallelLayout layout = read_parallel_layout(raw, options.overrides);
+  const ParallelSizes layout = read_parallel_sizes(raw, options.overrides);
   const ProcessTopology grid(args.world_size, layout.pipeline, layout.tensor);
   const int dp = grid.data();
   options.world_size = dp;

@@ -205,11 +205,11 @@ struct Config {
 // The model-parallel sizes a config asks for, read ahead of the parse, which needs the data-parallel size they leave
 // (world / (tensor x pipeline): the batch triangle's third side): tensor_parallel.autotp_size and pipeline.stages,
 // with `overrides` (--set) applied; 1 where absent or not a whole number ("auto" stages). The parse checks them.
-struct ParallelLayout {
+struct ParallelSizes {
   int tensor = 1;
   int pipeline = 1;
 };
-ParallelLayout read_parallel_layout(const nlohmann::json& config,
+ParallelSizes read_parallel_sizes(const nlohmann::json& config,
                                     const std::map<std::string, nlohmann::json>& overrides = {});
 
 }  // namespace dscpp

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/config/config.h"
 
 namespace dscpp {
 
@@ -24,5 +25,8 @@ CommBackend comm_backend_for(const torch::Device& device, int local_size);
 // Makes `device` the current CUDA device of this thread (a no-op for CPU devices), so LibTorch's streams, the
 // caching allocator and NCCL's communicator all use it.
 void make_current(const torch::Device& device);
+
+// The config's dtype (compute_dtype, communication_data_type) as LibTorch's.
+torch::ScalarType to_scalar_type(DType dtype);
 
 }  // namespace dscpp

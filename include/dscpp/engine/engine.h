@@ -8,10 +8,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -22,16 +20,16 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
 #include "dscpp/config/config.h"
+#include "dscpp/engine/assemble.h"
 #include "dscpp/engine/checkpointer.h"
+#include "dscpp/engine/init_options.h"
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/engine/model_tensors.h"
-#include "dscpp/engine/partitioned_init.h"
+#include "dscpp/engine/optimizer_step.h"
+#include "dscpp/engine/parallel_layout.h"
 #include "dscpp/engine/progress.h"
-#include "dscpp/monitor/device_memory.h"
+#include "dscpp/engine/step_observer.h"
 #include "dscpp/monitor/flops_profiler.h"
-#include "dscpp/monitor/monitor.h"
-#include "dscpp/monitor/wall_clock.h"
-#include "dscpp/offload/optimizer_offload.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/precision/loss_scaler.h"
 #include "dscpp/schedule/lr_schedule.h"
@@ -40,85 +38,6 @@
 
 namespace dscpp {
 
-// Parameters, by name, whose weight decay or lr differs from the optimizer section's: typically no decay for biases
-// and norms, or a smaller lr for the lower layers. A group's lr holds until Engine::set_group_lr moves it; a config
-// "scheduler" sets every group's lr, as DeepSpeed's schedulers do, so a group's own lr is not used under one.
-struct OptimizerParamGroup {
-  std::vector<std::string> params;
-  std::optional<double> weight_decay;
-  std::optional<double> lr;
-};
-
-struct InitOptions {
-  std::shared_ptr<Comm> comm;                        // default: init_comm(DistEnv::from_env())
-  std::optional<OptimizerConfig> client_optimizer;   // used when the config has no "optimizer" section
-  std::function<void(const std::string&)> log;       // rank 0's log sink; default: stderr on rank 0
-  // ZeRO-3: submodules whose parameters are gathered and released together (a transformer block each, as FSDP2's
-  // fully_shard units). Run each one's forward through Engine::run_unit. Parameters outside every unit are
-  // gathered for the whole forward and backward. Ignored by stages 0-2. A LibTorch module's only: an engine built
-  // from ModelTensors takes its units from ModelTensors::units.
-  std::vector<std::shared_ptr<torch::nn::Module>> gather_units;
-  // ZeRO-3: the model was built partitioned through this (DeepSpeed's zero.Init). Its units become the gather
-  // units (when gather_units is empty), its comm the engine's, and its shards the stage's partition (a unit the
-  // gather units regroup is gathered whole while its new group is built). Needs zero_optimization.stage 3.
-  std::shared_ptr<PartitionedInit> partitioned;
-  // activation_checkpointing.partition_activations: the ranks whose activations are the same (a tensor- or
-  // sequence-parallel group, DeepSpeed's mpu), over which each checkpointed input is split. Data-parallel ranks see
-  // different data, so without such a group there is nothing to split and the key changes nothing, as in DeepSpeed
-  // without an mpu.
-  std::shared_ptr<Comm> activation_partition_group;
-  // Parameter groups (DeepSpeed's and torch's param_groups): parameters with settings of their own; the others take
-  // the optimizer section's. Each name a trainable parameter's, in one group at most.
-  std::vector<OptimizerParamGroup> param_groups;
-  // Tensor parallelism (ParallelGroups::model; `comm` is then the data-parallel group, ZeRO's): the ranks that hold
-  // slices of one model and compute the same loss. The gradient norm clipping uses is the whole model's — each
-  // slice once, each parameter every slice holds whole (norms, row-parallel biases) once — and
-  // activation_partition_group defaults to it. Checkpoints need model_parallel_slices for every sliced parameter.
-  std::shared_ptr<Comm> model_parallel_group;
-  // The trainable parameters, by name, that are slices over model_parallel_group; the others are whole on every
-  // model-parallel rank. Names alone (Python's mpu, whose parameters do not say where their slice sits) train, but
-  // cannot be checkpointed: prefer model_parallel_slices.
-  std::set<std::string> model_parallel_params;
-  // Parameters that require a gradient but that the optimizer leaves alone, by name: DeepSpeed's model_parameters or
-  // client optimizer naming a subset of the trainable parameters. They are kept as frozen parameters are (whole, out
-  // of ZeRO's partitions, their values unchanged); autograd still fills their .grad. Each must name a trainable
-  // parameter (std::invalid_argument otherwise).
-  std::set<std::string> untrained_params;
-  // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
-  // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
-  // layout loads on any other. Its names count as model_parallel_params.
-  std::map<std::string, TensorSlice> model_parallel_slices;
-  // Model or pipeline parallelism: every rank of the run (ParallelGroups::world), over which checkpoints are saved
-  // and loaded together (PipelineEngine sets it).
-  std::shared_ptr<Comm> world_group;
-  // Pipeline parallelism (PipelineEngine sets it; `comm` is then the data-parallel group): the ranks that hold the
-  // other stages of this rank's replica (ParallelGroups::pipe). The gradient norm and the reported loss are the whole
-  // pipeline's: ‖g‖² and the loss (which only the last stage computes) are summed over it.
-  std::shared_ptr<Comm> pipeline_group;
-  // Trainable parameters whose gradient another stage counts in the norm: this stage's copy of a tied weight (the
-  // GPT's embedding, on the first and the last stage) that an earlier stage holds too.
-  std::set<std::string> norm_counted_elsewhere;
-  // Mixture of Experts with expert parallelism (moe::make_expert_groups over `comm`): the expert-data-parallel group
-  // — the D / ep_size ranks that hold the same experts — and the trainable parameters averaged over it instead of
-  // `comm`: the experts, by name (moe::expert_parameter_names). A LibTorch module's MoE layers name their experts
-  // themselves when expert_params is empty. Under ZeRO 1-2 the experts' optimizer state and gradients are
-  // partitioned over this group; ZeRO-3 refuses expert parallelism. Without the group (ep_size 1) experts are
-  // parameters like any other.
-  std::shared_ptr<Comm> expert_data_parallel_group;
-  std::set<std::string> expert_params;
-};
-
-// What the last accumulation boundary did.
-struct StepReport {
-  int64_t step = 0;           // optimizer boundaries so far (skipped ones included, as DeepSpeed's global_steps)
-  double loss = 0.0;          // mean loss over the global batch (all ranks, all micro-steps)
-  double lr = 0.0;            // the lr the next step will use (DeepSpeed's get_lr() after this step)
-  double loss_scale = 1.0;    // the scale this step's backward used
-  double grad_norm = 0.0;     // global L2 norm of the unscaled gradients, before clipping
-  bool skipped = false;       // overflow: parameters, optimizer state and schedule untouched
-  PhaseTimes times;           // this optimizer step's micro-steps: fwd, bwd (inner, allreduce), step
-};
-
 class Engine {
  public:
   // A LibTorch module: its tensors (model_tensors), the units InitOptions names, and a model built partitioned.
@@ -126,7 +45,9 @@ class Engine {
   // Any model given as its tensors (the Python front end's way in). InitOptions::gather_units and ::partitioned
   // must be empty: they name LibTorch modules.
   Engine(ModelTensors model, Config config, InitOptions options);
-  ~Engine();
+  // The parts assemble() built: what a composer that builds them itself gives (PipelineEngine, one engine per
+  // stage, with its own groups).
+  explicit Engine(EngineParts parts);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -169,10 +90,10 @@ class Engine {
 
   // comms_logger: what every collective of this rank cost so far (null when the logger is off). Its summary is also
   // logged when the engine is destroyed.
-  const CommsLogger* comms_logger() const { return comms_logger_.get(); }
+  const CommsLogger* comms_logger() const { return observer_->comms_logger(); }
 
   // flops_profiler: the profiled step (flops_profiler.profile_step), once it has run; step 0 before.
-  const FlopsProfile& flops_profile() const { return flops_profile_; }
+  const FlopsProfile& flops_profile() const { return observer_->flops_profile(); }
 
   // Scales the loss (loss scale / gradient_accumulation_steps) and runs backward; the stage takes the gradients
   // (a flat buffer in stages 0-1, reduced bucket by bucket as they appear in stages 2-3).
@@ -196,10 +117,12 @@ class Engine {
   void set_gradient_accumulation_boundary(std::optional<bool> is_boundary) { boundary_override_ = is_boundary; }
 
   const Config& config() const { return config_; }
-  Comm& comm() { return *comm_; }
-  int rank() const { return comm_->rank(); }
-  int world_size() const { return comm_->world_size(); }
-  torch::ScalarType compute_dtype() const { return dtype_; }
+  // The run's log: InitOptions::log, by default stderr on the run's first rank.
+  void log(const std::string& line) const { observer_->log(line); }
+  Comm& comm() { return layout_->data(); }
+  int rank() const { return layout_->data().rank(); }
+  int world_size() const { return layout_->data().world_size(); }
+  torch::ScalarType compute_dtype() const { return model_.dtype; }
 
   int64_t global_steps() const { return progress_.global_steps; }
   int64_t micro_steps() const { return progress_.micro_steps; }
@@ -223,7 +146,7 @@ class Engine {
   std::vector<MemoryBreakdown> memory_breakdown_all_ranks() const;
   StageTimers stage_timers() const { return stage_->timers(); }
   // offload_optimizer nvme: the optimizer state's swap file (all zero otherwise).
-  StateStore::SwapStats optimizer_swap() const { return offload_ ? offload_->store().stats() : StateStore::SwapStats{}; }
+  StateStore::SwapStats optimizer_swap() const;
 
   // fn(name, value) for every trainable parameter with its whole current value, in the compute dtype. Under
   // ZeRO-3 each parameter is assembled from the ranks' shards for the call, one at a time, so every rank must call
@@ -250,7 +173,7 @@ class Engine {
   std::string save_checkpoint(const std::string& save_dir, const std::string& tag = "",
                               const nlohmann::json& client_state = nullptr,
                               const CheckpointSaveOptions& options = {}) {
-    check_checkpointable("save_checkpoint");
+    layout_->check_checkpointable("save_checkpoint");
     return checkpointer_->save(save_dir, tag, client_state, options);
   }
 
@@ -265,7 +188,7 @@ class Engine {
   // written for another model — on every rank, leaving the engine as it was.
   LoadedCheckpoint load_checkpoint(const std::string& load_dir, const std::string& tag = "",
                                    const CheckpointLoadOptions& options = {}) {
-    check_checkpointable("load_checkpoint");
+    layout_->check_checkpointable("load_checkpoint");
     return checkpointer_->load(load_dir, tag, options);
   }
 
@@ -277,12 +200,12 @@ class Engine {
   // With `wanted`, only the parameters it names (by name) are set; the others keep their values.
   using WeightSource = Checkpointer::WeightSource;
   void load_weights(const WeightSource& source, const std::function<bool(const std::string&)>& wanted = nullptr) {
-    check_not_model_parallel("load_weights");
+    layout_->refuse_split_model("load_weights");
     checkpointer_->load_weights(source, wanted);
   }
 
   // The trainable parameters' names and whole shapes (a tensor-parallel rank's: its slices'), in registration order.
-  const std::vector<ParamEntry>& param_entries() const { return params_; }
+  const std::vector<ParamEntry>& param_entries() const { return model_.params; }
 
   // As load_weights, with each rank's own values: under tensor parallelism `source` gives this rank's slice of a
   // sliced parameter (the shape this rank holds), so nothing is read as whole — what GatheredParameters writes back.
@@ -299,80 +222,28 @@ class Engine {
   int64_t global_samples() const { return progress_.global_samples; }
 
  private:
-  // Both constructors end here: casts, joins the job, partitions, builds optimizer, schedule, scaler, monitors.
-  void build(ModelTensors model, InitOptions options, std::vector<PrepartitionedUnit> prepartitioned);
   void update(StepReport& report);
-  // InitOptions::model_parallel_group and _params, pipeline_group and norm_counted_elsewhere: the groups the norm
-  // sums over and which gradients this rank counts in it.
-  void set_model_parallel(const InitOptions& options);
   // Around each micro-step's autograd: the stage's hooks and the phase times.
   void run_backward(const std::function<void()>& autograd);
-  // InitOptions::expert_data_parallel_group and expert_params: which trainable parameters (`names`) are experts,
-  // checked against the groups and the stage. Empty without expert parallelism.
-  std::vector<bool> expert_flags(const InitOptions& options, const std::vector<std::string>& names);
-  // Refuses what a tensor- or pipeline-parallel run cannot do yet, naming `what`.
-  void check_not_model_parallel(const std::string& what) const;
-  // Refuses a checkpoint of a model-parallel run without what it needs (InitOptions::world_group, a slice of every
-  // sliced parameter), naming `what` and the option.
-  void check_checkpointable(const std::string& what) const;
-  // InitOptions::param_groups as ranges of this rank's master partition for the optimizer.
-  void set_param_groups(const std::vector<OptimizerParamGroup>& groups);
-  void log_step(const StepReport& report);
-  // Rank 0: this step's events to every monitor the config enables (DeepSpeed's names, x = global samples).
-  void write_monitors(const StepReport& report);
-  // flops_profiler: completes flops_profile_ for the profiled step (measuring the peak) and prints it.
-  void profile_flops(const StepReport& report);
-  // Seconds since `start_ns`, added to `phase` of the current optimizer step. With wall_clock_breakdown the device
-  // is synchronized first, so asynchronous GPU work is counted where it ran.
-  void add_time(Phase phase, int64_t start_ns);
+  // The lines a steps_per_print line is followed by (memory_breakdown: every rank's, in one exchange).
+  std::vector<std::string> print_details() const;
 
   Config config_;
-  std::shared_ptr<torch::nn::Module> module_;  // a LibTorch model, kept alive; null for ModelTensors
-  std::map<const torch::nn::Module*, int> module_unit_;  // a LibTorch model's gather units: index in the units
-  std::vector<std::string> unit_names_;  // per gather unit, for the flops profiler's scopes
-  std::vector<ParamEntry> params_;       // the trainable parameters' names and shapes, in registration order
-  std::shared_ptr<Comm> comm_;  // with comms_logger, the logging decorator around the process group's comm
-  std::shared_ptr<CommsLogger> comms_logger_;
-  std::function<void(const std::string&)> log_;
-  torch::ScalarType dtype_;
-  std::unique_ptr<FlatParams> flat_;  // stages 0-2: every parameter as a view of one buffer; stage 3 has none
+  EngineModel model_;
+  std::unique_ptr<ParallelLayout> layout_;   // the groups; how the norm and loss are reduced across them
+  std::unique_ptr<StepObserver> observer_;   // timers, profilers, memory, monitors: watches, never changes a step
+  std::unique_ptr<FlatParams> flat_;         // stages 0-2: every parameter as a view of one buffer
   std::unique_ptr<ZeroStage> stage_;
   std::unique_ptr<FlatOptimizer> optimizer_;
-  std::unique_ptr<OptimizerOffload> offload_;  // offload_optimizer: the step runs on the host, by sub-group
+  std::unique_ptr<OptimizerStep> optimizer_step_;  // in place, or offloaded to the host
   std::unique_ptr<LRSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
   std::unique_ptr<ActivationCheckpointing> checkpointing_;
-  std::unique_ptr<FlopsCounter> flops_counter_;  // during the profiled step's forwards
-  FlopsProfile flops_profile_;
-  std::vector<std::unique_ptr<Monitor>> monitors_;  // rank 0 only
   std::unique_ptr<Checkpointer> checkpointer_;
-  // Tensor parallelism (InitOptions::model_parallel_group; null without): and, per slot of the stage's layout,
-  // whether this rank counts that parameter's gradient in the norm (its slices on every model-parallel rank, whole
-  // parameters on model-parallel rank 0 only).
-  std::shared_ptr<Comm> model_group_;
-  std::shared_ptr<Comm> pipe_group_;  // pipeline parallelism (InitOptions::pipeline_group); null without
-  std::vector<bool> counted_in_norm_;  // filled when either group is there
-  std::string unsliced_param_;         // a sliced parameter without a TensorSlice ("" when every one has one)
-  std::shared_ptr<Comm> world_group_;  // InitOptions::world_group
-  // Mixture of Experts: the largest ep_size of a LibTorch model's MoE layers (1 without), and the expert
-  // parallelism the engine runs (1 without InitOptions::expert_data_parallel_group).
-  int model_expert_parallel_ = 1;
-  int expert_parallel_ = 1;
-
   TrainingProgress progress_;
   std::optional<bool> boundary_override_;  // set_gradient_accumulation_boundary's
-  int64_t optimizer_state_bytes_ = 0;
-  torch::Device device_{torch::kCPU};  // where the parameters (and so training) live
-  torch::Tensor loss_sum_;    // () fp32: sum of this rank's micro-step losses since the last boundary
+  torch::Tensor loss_sum_;  // () fp32 on the model's device: this rank's micro-step losses since the last boundary
   StepReport last_step_;
-  int64_t last_log_time_ns_ = 0;
-  PhaseTimes step_times_;    // the optimizer step in progress
-  PhaseTimes print_window_;  // since the last steps_per_print line
-  int64_t forward_start_ns_ = 0;
-  // memory_breakdown on a GPU: its caching allocator's counts (on the CPU, CpuMemoryTracker's).
-  std::optional<DeviceMemoryCounter> device_memory_;
-  int64_t forward_start_bytes_ = 0;  // tensor bytes held (CPU or device counter) when the micro-step's forward began
-  int64_t activations_peak_ = -1;    // MemoryBreakdown::activations_peak
 };
 
 // Builds the engine: casts the model to the compute dtype, flattens its parameters, builds stage, optimizer,

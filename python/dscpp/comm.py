@@ -7,6 +7,7 @@ torch.distributed's, as DeepSpeed's facade forwards them (its default backend be
 collectives go through its C++ Comm, not through these.
 """
 import atexit
+import gc
 import datetime
 import itertools
 import os
@@ -46,7 +47,10 @@ def _destroy_at_exit():
     shutdown, a Gloo group is freed with its worker threads possibly still holding the last reference to a finished
     collective's tensors, whose release then needs the GIL of an interpreter being torn down: the process aborts
     after its last step ("terminate called without an active exception"; PyTorch's issue 190489 and PR 179291). Real
-    DeepSpeed leaves the group alive and was measured aborting so (tests/conformance/exit_under_load.sh)."""
+    DeepSpeed leaves the group alive and was measured aborting so (tests/conformance/exit_under_load.sh). An engine
+    the program dropped may still be waiting in a reference cycle for the collector, holding the C++ side of the
+    groups it runs over (an mpu's sub-groups too): it is collected first, for the same reason."""
+    gc.collect()
     if dist.is_initialized():
         dist.destroy_process_group()
 

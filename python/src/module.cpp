@@ -291,7 +291,7 @@ PYBIND11_MODULE(_C, m) {
            }),
            py::arg("params"), py::arg("buffers"), py::arg("non_persistent_buffers"), py::arg("units"),
            py::arg("prepartitioned"));
-  // The InitOptions fields the Python front end decides (include/dscpp/engine/engine.h says what each does); the
+  // The InitOptions fields the Python front end decides (include/dscpp/engine/init_options.h says what each does); the
   // others keep their defaults. Unset comm: one process alone.
   py::class_<InitOptions>(m, "InitOptions")
       .def(py::init<>())

@@ -131,7 +131,7 @@ std::shared_ptr<Comm> make_gloo(const DistEnv& env, const c10::intrusive_ptr<c10
     throw fail("connecting the Gloo process group (bound to " + bound + ") failed: " +
                connect_failure(env, c10 ? c10->what_without_backtrace() : e.what()));
   }
-  auto comm = std::make_shared<ProcessGroupComm>(group, store, "gloo", env.rank, env.world_size, stream_prefix(env),
+  auto comm = std::make_shared<ProcessGroupComm>(group, store, CommBackend::kGloo, env.rank, env.world_size, stream_prefix(env),
                                                  gloo_factory(options));
   // One collective while the watch still runs: past it every rank has connected, not only this one.
   try {
@@ -161,7 +161,7 @@ std::shared_ptr<Comm> make_nccl(const DistEnv& env, const c10::intrusive_ptr<c10
   auto options = c10d::ProcessGroupNCCL::Options::create();
   options->timeout = env.timeout;
   auto group = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, options);
-  return std::make_shared<ProcessGroupComm>(group, store, "nccl", env.rank, env.world_size, stream_prefix(env),
+  return std::make_shared<ProcessGroupComm>(group, store, CommBackend::kNccl, env.rank, env.world_size, stream_prefix(env),
                                             nccl_factory(options));
 }
 #endif
@@ -202,14 +202,15 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
   if (backend != "gloo" && backend != "nccl") {
     throw std::invalid_argument("make_comm_over: backend '" + backend + "' is not supported (gloo or nccl)");
   }
+  const CommBackend kind = backend == "nccl" ? CommBackend::kNccl : CommBackend::kGloo;
   const int rank = group->getRank();
   const int world_size = group->getSize();
   // The group dispatches to one Backend per device type: ours runs the collectives of that device.
-  auto base = group->getBackend(backend == "nccl" ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+  auto base = group->getBackend(kind == CommBackend::kNccl ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(key_prefix, store);
   // Sub-groups as init_comm's would be made, from the job's environment (torchrun's, which the group was made from).
   GroupFactory factory;
-  if (backend == "gloo") {
+  if (kind == CommBackend::kGloo) {
     factory = [](const c10::intrusive_ptr<c10d::Store>& store, int rank, int size) {
       const DistEnv env = DistEnv::from_env();
       auto options = c10d::ProcessGroupGloo::Options::create(env.timeout);
@@ -218,13 +219,13 @@ std::shared_ptr<Comm> make_comm_over(const c10::intrusive_ptr<c10d::ProcessGroup
     };
   }
 #ifdef DSCPP_WITH_NCCL
-  if (backend == "nccl") {
+  if (kind == CommBackend::kNccl) {
     auto options = c10d::ProcessGroupNCCL::Options::create();
     options->timeout = DistEnv::from_env().timeout;
     factory = nccl_factory(options);
   }
 #endif
-  return std::make_shared<ProcessGroupComm>(base, prefixed, backend, rank, world_size, key_prefix, std::move(factory));
+  return std::make_shared<ProcessGroupComm>(base, prefixed, kind, rank, world_size, key_prefix, std::move(factory));
 }
 
 }  // namespace dscpp

@@ -11,18 +11,10 @@
 #include <vector>
 
 #include "c10d_headers.h"
+#include "comm_errors.h"
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {
-
-// One node of a job on several hosts, as a failed collective's error names it.
-struct JobNode {
-  int index = 0;         // the node's CROSS_RANK
-  std::string host;      // its hostname
-  std::string address;   // what its Gloo bound to: an address (or GLOO_SOCKET_IFNAME's interfaces)
-  int first_rank = 0;    // its ranks, first_rank..last_rank
-  int last_rank = 0;
-};
 
 // Makes a process group of `size` ranks over `store`, this one `rank` of them, with the backend and settings of the
 // comm that holds the factory (Gloo's devices and timeout, NCCL's options): split()'s sub-groups.
@@ -35,14 +27,14 @@ class ProcessGroupComm final : public Comm {
   // `stream_prefix` names this comm's side streams and sub-groups in the store (make_comm_over's key_prefix): comms
   // over one store must use different ones. `make_group` makes split()'s groups.
   ProcessGroupComm(c10::intrusive_ptr<c10d::Backend> group, c10::intrusive_ptr<c10d::Store> store,
-                   std::string backend, int rank, int world_size, std::string stream_prefix, GroupFactory make_group);
+                   CommBackend backend, int rank, int world_size, std::string stream_prefix, GroupFactory make_group);
   // Drops the group: c10d drains queued collectives and joins its threads, each ending within the timeout (a
   // dead peer fails fast). Handles not waited for complete in c10d but skip their copy-out: callers must wait().
   ~ProcessGroupComm() override;
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
-  std::string backend() const override { return backend_; }
+  std::string backend() const override { return backend_ == CommBackend::kNccl ? "nccl" : "gloo"; }
 
   Handle all_reduce(torch::Tensor& tensor, ReduceOp op = ReduceOp::kSum) override;
   Handle reduce_scatter(torch::Tensor& output, const torch::Tensor& input, ReduceOp op = ReduceOp::kSum) override;
@@ -78,7 +70,7 @@ class ProcessGroupComm final : public Comm {
 
   c10::intrusive_ptr<c10d::Backend> group_;
   c10::intrusive_ptr<c10d::Store> store_;
-  std::string backend_;
+  CommBackend backend_;  // kGloo or kNccl
   int rank_;
   int world_size_;
   int64_t side_calls_ = 0;  // side_all_gather calls so far: names its store keys
@@ -90,9 +82,5 @@ class ProcessGroupComm final : public Comm {
   std::shared_ptr<const std::vector<JobNode>> nodes_;  // set_nodes; shared with pending Handles' error paths
   int my_node_ = 0;
 };
-
-// The TCPStore under `store` and any PrefixStores around it, or nullptr (a store of another kind): where side streams
-// and the start-up watch open connections of their own.
-c10d::TCPStore* tcp_store_under(c10d::Store* store);
 
 }  // namespace dscpp

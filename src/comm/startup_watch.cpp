@@ -7,6 +7,7 @@
 
 #include "process_group_comm.h"
 #include "rendezvous.h"
+#include "store_side_channel.h"
 
 namespace dscpp {
 namespace {

@@ -160,12 +160,10 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
 
 // offload_param (stage 3): the 16-bit partition in host memory ("cpu") or in rank `rank`'s swap file under the
 // section's nvme_path ("nvme").
-void set_param_offload(const Config& config, int rank, StageContext& context) {
+OffloadPolicy param_offload(const Config& config, int rank) {
   const auto& param = config.zero.offload_param;
-  if (param.device == OffloadDevice::kNone) return;
-  context.offload_param = true;
-  context.param_pin_memory = param.pin_memory;
-  if (param.device != OffloadDevice::kNvme) return;
+  OffloadPolicy policy{param.device, param.pin_memory, nullptr};
+  if (param.device != OffloadDevice::kNvme) return policy;
   NvmeStoreOptions o;
   o.nvme_path = param.nvme_path;
   o.config_key = "zero_optimization.offload_param.nvme_path";
@@ -175,7 +173,7 @@ void set_param_offload(const Config& config, int rank, StageContext& context) {
   o.pin_memory = param.pin_memory;
   o.aio = config.aio;
   o.read_ahead = false;  // ZeRO-3 says which shards come next (StateStore::prefetch)
-  context.make_param_store = [o](const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial) mutable {
+  policy.store = [o](const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial) mutable {
     o.sub_group_sizes = shard_sizes;
     o.dtype = initial.scalar_type();
     std::vector<int64_t> begins{0};
@@ -185,6 +183,7 @@ void set_param_offload(const Config& config, int rank, StageContext& context) {
     };
     return make_nvme_store(o);
   };
+  return policy;
 }
 
 // The stage's view of the config: its group, buckets, offload and DeepSpeed's gradient averaging (with
@@ -198,10 +197,9 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   context.overlap_comm = config.zero.overlap_comm;
   context.reduce_scatter = config.zero.reduce_scatter;
   context.allgather_bucket_numel = config.zero.allgather_bucket_size;
-  context.offload_optimizer = config.zero.offload_optimizer.device != OffloadDevice::kNone;
-  context.pin_memory = config.zero.offload_optimizer.pin_memory;
-  context.master_in_store = config.zero.offload_optimizer.device == OffloadDevice::kNvme;
-  set_param_offload(config, rank, context);
+  // The optimizer's store is OptimizerOffload's (make_optimizer_store), made once the stage has its master.
+  context.optimizer_offload = {config.zero.offload_optimizer.device, config.zero.offload_optimizer.pin_memory, nullptr};
+  context.param_offload = param_offload(config, rank);
   if (config.prescale_gradients) {
     context.grad_pre_divide = world;
     context.grad_post_scale = 1.0;
@@ -344,8 +342,7 @@ void log_assembly(const EngineParts& parts, const InitOptions& options) {
             : "[deepspeed.cpp] offload_param nvme: the 16-bit parameter partition swapped to " + param.nvme_path +
                   ", each group's shard read ahead of its gather");
   }
-  const auto& partition = options.activation_partition_group ? options.activation_partition_group
-                                                             : parts.layout->model_group();
+  const auto& partition = options.activation_partition_group;  // assemble_tensors defaulted it
   if (config.activation_checkpointing.partition_activations && !(partition && partition->world_size() > 1)) {
     log("[deepspeed.cpp] activation_checkpointing.partition_activations: no activation_partition_group (the ranks "
         "are data parallel, each with activations of its own), so checkpointed inputs are kept whole");

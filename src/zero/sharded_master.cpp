@@ -17,10 +17,11 @@ ShardedMaster::ShardedMaster(const StageContext& context, const FlatLayout& layo
     throw std::invalid_argument("ShardedMaster: partition has " + std::to_string(partition.numel()) +
                                 " elements, the layout " + std::to_string(layout.partition_numel()));
   }
-  if (ctx_.offload_optimizer) {
-    const auto host = host_options(ctx_.pin_memory);
+  if (const auto& offload = ctx_.optimizer_offload; offload.offloaded()) {
+    const auto host = host_options(offload.pin_memory);
     const bool usable = partition.device().is_cpu() && partition.scalar_type() == torch::kFloat32;
-    master_ = usable || ctx_.master_in_store ? partition : torch::empty({partition.numel()}, host).copy_(partition);
+    const bool in_store = offload.device == OffloadDevice::kNvme;
+    master_ = usable || in_store ? partition : torch::empty({partition.numel()}, host).copy_(partition);
     grad_shard_ = torch::zeros({layout.partition_numel()}, host);
     return;
   }

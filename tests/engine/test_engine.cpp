@@ -419,6 +419,27 @@ TEST(Engine, RequiresAnOptimizer) {
   EXPECT_NO_THROW(initialize(model.ptr(), config_from(R"({"train_batch_size": 4})"), options));
 }
 
+// assemble's composer form (PipelineEngine's, one engine per stage): the composer gives the groups, so options that
+// name a group too are refused naming the field rather than one of the two being dropped.
+TEST(Engine, AComposersGroupsRefuseAGroupInTheOptions) {
+  const auto config = config_from(R"({"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 0.1}}})");
+  const ParallelLayout::Groups groups{make_single_process_comm(), nullptr, nullptr, nullptr, nullptr};
+  for (const char* field : {"comm", "world_group"}) {
+    InitOptions options;
+    (std::string(field) == "comm" ? options.comm : options.world_group) = make_single_process_comm();
+    try {
+      assemble(Mlp().ptr(), config, options, groups, ParallelLayout::Names{});
+      ADD_FAILURE() << "accepted InitOptions::" << field;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("InitOptions::") + field + " is set"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Without them the engine runs over the composer's data group.
+  Engine engine(assemble(Mlp().ptr(), config, InitOptions{}, groups, ParallelLayout::Names{}));
+  EXPECT_EQ(&engine.comm(), groups.data.get());
+}
+
 TEST(Engine, ReportsModelStateMemory) {
   auto model = Mlp();
   const int64_t n = 8 * 16 + 16 + 16 + 1;

@@ -21,24 +21,12 @@
 #include "dscpp/pipe/schedule.h"
 #include "dscpp/schedule/lr_schedule.h"
 #include "dscpp/moe/expert_groups.h"
+#include "dscpp/monitor/step_log.h"
 #include "dscpp/zero/memory_estimate.h"
 #include "model/gpt_config.h"
 
 namespace dscpp {
 namespace {
-
-std::string human_bytes(int64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024.0 && unit < 4) {
-    value /= 1024.0;
-    ++unit;
-  }
-  char buffer[32];
-  std::snprintf(buffer, sizeof(buffer), unit == 0 ? "%.0f %s" : "%.2f %s", value, units[unit]);
-  return buffer;
-}
 
 ConfigOptions make_options(const PlanArgs& args, std::ostream& err) {
   ConfigOptions options;  // world_size (the data-parallel size) is set once the layout is known
@@ -93,14 +81,14 @@ void print_memory_table(const Config& config, int64_t num_params, int world_size
       off += model_state_bytes(stage, expert_params, world_size / ep_size, offload_kind, dtype);
     }
     std::string label = std::to_string(stage) + (here && !configured_offload ? " *" : "");
-    out << std::left << std::setw(7) << label << std::setw(13) << human_bytes(plain.params) << std::setw(13)
-        << human_bytes(plain.grads) << std::setw(13) << human_bytes(plain.master32) << std::setw(13)
-        << human_bytes(plain.optimizer_state) << std::setw(13) << human_bytes(plain.device) << "| ";
+    out << std::left << std::setw(7) << label << std::setw(13) << format_bytes(plain.params) << std::setw(13)
+        << format_bytes(plain.grads) << std::setw(13) << format_bytes(plain.master32) << std::setw(13)
+        << format_bytes(plain.optimizer_state) << std::setw(13) << format_bytes(plain.device) << "| ";
     if (stage == 0) {
       out << "(offload needs ZeRO stage >= 1)\n";
       continue;
     }
-    out << human_bytes(off.device) << " / " << human_bytes(off.host + off.nvme)
+    out << format_bytes(off.device) << " / " << format_bytes(off.host + off.nvme)
         << (here && configured_offload ? " *" : "") << "\n";
   }
 }

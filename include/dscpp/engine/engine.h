@@ -1,7 +1,8 @@
 // Engine: one training step, in order — backward (scale, accumulate) → step (reduce, check overflow, clip,
-// optimizer on the master partition, publish params, advance the schedule). The stage, scaler, optimizer and
-// schedule are chosen once from the config; the engine only sequences them (and hands checkpoints to its
-// Checkpointer). It trains a model's tensors (ModelTensors), which a LibTorch module or a Python nn.Module gives.
+// optimizer on the master partition, publish params, advance the schedule). The parts — stage, optimizer and where
+// its step runs, schedule, scaler, parallel layout, observer — are built once from the config by assemble()
+// (assemble.h); the engine only sequences them (and hands checkpoints to its Checkpointer). It trains a model's
+// tensors (ModelTensors), which a LibTorch module or a Python nn.Module gives.
 #pragma once
 
 #include <torch/torch.h>
@@ -246,8 +247,8 @@ class Engine {
   StepReport last_step_;
 };
 
-// Builds the engine: casts the model to the compute dtype, flattens its parameters, builds stage, optimizer,
-// schedule and scaler from `config`. Throws ConfigError for config values the engine does not support yet.
+// Builds the engine (assemble, then Engine): casts the model to the compute dtype, flattens its parameters, builds
+// the parts from `config`. Throws ConfigError for config values the engine does not support yet.
 std::unique_ptr<Engine> initialize(std::shared_ptr<torch::nn::Module> model, const Config& config,
                                    InitOptions options = {});
 std::unique_ptr<Engine> initialize(ModelTensors model, const Config& config, InitOptions options = {});

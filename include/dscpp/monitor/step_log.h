@@ -17,7 +17,9 @@ int64_t peak_resident_bytes();
 // File descriptors this process holds open (entries of /proc/self/fd); -1 where unavailable. A leak shows as growth.
 int64_t open_file_descriptors();
 
-// "1.23 GB", "512.0 MB", "12.0 KB", "100 B".
+// The project's one bytes formatter (logs, the comms logger's summary, memory breakdowns, `dscpp plan`): powers of
+// 1024, named as DeepSpeed's logs name them (its comms logger's convert_size, see_memory_usage's "GB"):
+// "1.23 GB", "512.00 MB", "12.00 KB", "100 B".
 std::string format_bytes(double bytes);
 
 }  // namespace dscpp

@@ -130,6 +130,18 @@ class ZeroStage {
 };
 
 // What every stage is built from.
+// Where a partition lives when the config offloads it (zero_optimization.offload_optimizer, offload_param): a value
+// chosen once when the engine is assembled, which the stages only read.
+struct OffloadPolicy {
+  OffloadDevice device = OffloadDevice::kNone;  // kCpu: host memory; kNvme: a swap file behind host buffers
+  bool pin_memory = false;                      // page-locked host memory, where a GPU exists
+  // NVMe: makes the store the partition lives in, from its sub-groups' sizes and its initial values.
+  std::function<std::unique_ptr<StateStore>(const std::vector<int64_t>& sub_group_sizes, const torch::Tensor& initial)>
+      store;
+
+  bool offloaded() const { return device != OffloadDevice::kNone; }
+};
+
 struct StageContext {
   std::shared_ptr<Comm> comm;
   // Mixture of Experts with expert parallelism: the expert-data-parallel group, over which the layout's expert
@@ -151,21 +163,14 @@ struct StageContext {
   // which together average them (see make_stage_context for DeepSpeed's prescale / predivide rules).
   double grad_pre_divide = 1.0;
   double grad_post_scale = 1.0;
-  // offload_optimizer: the fp32 master partition and the rank's gradient partition (fp32) live in host memory,
-  // page-locked when `pin_memory` and a GPU exists; each bucket's reduced gradient is moved there as it arrives.
-  bool offload_optimizer = false;
-  bool pin_memory = false;
-  // The master goes to an offload store (NVMe): no fp32 copy of the partition is made; until the store has taken
-  // its initial values (release_master), master_params() is the compute-dtype partition itself.
-  bool master_in_store = false;
-  // offload_param (stage 3): the 16-bit partition lives in host memory (page-locked when param_pin_memory and a GPU
-  // exists), copied to the device for each gather. With make_param_store (NVMe) it lives in the store that makes
-  // from the group shards' sizes and the partition's initial values, read for each gather, and the partition in
-  // memory is released.
-  bool offload_param = false;
-  bool param_pin_memory = false;
-  std::function<std::unique_ptr<StateStore>(const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial)>
-      make_param_store;
+  // offload_optimizer: the fp32 master partition and the rank's gradient partition (fp32) live in host memory; each
+  // bucket's reduced gradient is moved there as it arrives. On NVMe the master goes to the optimizer's store (the
+  // engine's OptimizerOffload): no fp32 copy of the partition is made, and until the store has taken its initial
+  // values (release_master) master_params() is the compute-dtype partition itself. (`store` is not used here.)
+  OffloadPolicy optimizer_offload;
+  // offload_param (stage 3): the 16-bit partition lives in host memory, copied to the device for each gather; on
+  // NVMe in the store `param_offload.store` makes, read for each gather, and the partition in memory is released.
+  OffloadPolicy param_offload;
 };
 
 // Collectives a stage keeps running at once: each holds a bucket.

@@ -1,0 +1,94 @@
+// Error-compensated 1-bit all-reduce (compressed_allreduce.h gives the algorithm).
+#include "dscpp/comm/compressed_allreduce.h"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace dscpp {
+namespace {
+
+// Bit weights of one packed byte, the first element in the highest bit.
+torch::Tensor bit_weights(const torch::Device& device) {
+  return torch::tensor({128, 64, 32, 16, 8, 4, 2, 1}, torch::TensorOptions().dtype(torch::kUInt8)).to(device);
+}
+
+// √(mean of squares): the scale that keeps a sign vector's norm equal to the values'.
+torch::Tensor rms_scale(const torch::Tensor& values) {
+  return (values.norm() / std::sqrt(static_cast<double>(values.numel()))).reshape({1});
+}
+
+}  // namespace
+
+CompressionErrors CompressionErrors::zeros(int64_t numel, int world_size, const torch::TensorOptions& options) {
+  const int64_t padded = compressed_padded_numel(numel, world_size);
+  const auto fp32 = options.dtype(torch::kFloat32);
+  return {torch::zeros({padded}, fp32), torch::zeros({padded / world_size}, fp32)};
+}
+
+int64_t compressed_padded_numel(int64_t numel, int world_size) {
+  const int64_t unit = 8 * static_cast<int64_t>(world_size);
+  return (numel + unit - 1) / unit * unit;
+}
+
+torch::Tensor pack_signs(const torch::Tensor& values) {
+  if (values.numel() % 8 != 0) {
+    throw std::invalid_argument("pack_signs: " + std::to_string(values.numel()) + " values, not a multiple of 8");
+  }
+  const auto bits = values.reshape({-1, 8}).ge(0).to(torch::kUInt8);
+  return bits.mul(bit_weights(values.device())).sum(1).to(torch::kUInt8);
+}
+
+torch::Tensor unpack_signs(const torch::Tensor& packed) {
+  const auto bits = packed.reshape({-1, 1}).bitwise_and(bit_weights(packed.device())).ne(0).reshape(-1);
+  return bits.to(torch::kFloat32).mul_(2).sub_(1);
+}
+
+void compressed_all_reduce(Comm& comm, torch::Tensor& buffer, CompressionErrors& errors) {
+  const int world = comm.world_size();
+  const int64_t numel = buffer.numel();
+  const int64_t padded = compressed_padded_numel(numel, world);
+  const int64_t chunk = padded / world;
+  if (buffer.scalar_type() != torch::kFloat32 || !buffer.is_contiguous()) {
+    throw std::invalid_argument("compressed_all_reduce: the buffer must be a contiguous fp32 tensor, got " +
+                                std::string(c10::toString(buffer.scalar_type())));
+  }
+  if (errors.worker.numel() != padded || errors.server.numel() != chunk) {
+    throw std::invalid_argument("compressed_all_reduce: errors of " + std::to_string(errors.worker.numel()) + " / " +
+                                std::to_string(errors.server.numel()) + " elements for a buffer of " +
+                                std::to_string(numel) + " over " + std::to_string(world) + " ranks, which needs " +
+                                std::to_string(padded) + " / " + std::to_string(chunk) +
+                                " (CompressionErrors::zeros)");
+  }
+  torch::NoGradGuard no_grad;
+  // The worker: this rank's whole buffer, compensated and compressed.
+  auto m = torch::zeros({padded}, buffer.options());
+  m.narrow(0, 0, numel).copy_(buffer.reshape(-1));
+  m.add_(errors.worker);
+  const auto worker_scale = rms_scale(m);
+  const auto signs = pack_signs(m);  // chunk r's bytes go to rank r
+  errors.worker.copy_(m.sub_(unpack_signs(signs).mul_(worker_scale)));
+
+  // Phase 1: each rank receives every rank's signs of the chunk it owns, and every rank's scale.
+  auto received = torch::empty_like(signs);
+  comm.all_to_all(received, signs).wait();
+  auto worker_scales = torch::empty({world}, worker_scale.options());
+  comm.all_gather(worker_scales, worker_scale).wait();
+
+  // The server: the average of the chunk over the ranks, compensated and compressed again.
+  auto average = unpack_signs(received).reshape({world, chunk}).mul_(worker_scales.div(world).reshape({world, 1}));
+  auto c = average.sum(0).add_(errors.server);
+  const auto server_scale = rms_scale(c);
+  const auto server_signs = pack_signs(c);
+  errors.server.copy_(c.sub_(unpack_signs(server_signs).mul_(server_scale)));
+
+  // Phase 2: every chunk's signs and scale to every rank.
+  auto all_signs = torch::empty({padded / 8}, signs.options());
+  comm.all_gather(all_signs, server_signs).wait();
+  auto server_scales = torch::empty({world}, server_scale.options());
+  comm.all_gather(server_scales, server_scale).wait();
+  const auto result = unpack_signs(all_signs).reshape({world, chunk}).mul_(server_scales.reshape({world, 1}));
+  buffer.copy_(result.reshape(-1).narrow(0, 0, numel).view(buffer.sizes()));
+}
+
+}  // namespace dscpp

@@ -68,9 +68,10 @@ struct InitOptions {
   // layout loads on any other. Its names count as model_parallel_params.
   std::map<std::string, TensorSlice> model_parallel_slices;
   // Model or pipeline parallelism: every rank of the run (ParallelGroups::world), over which checkpoints are saved
-  // and loaded together (PipelineEngine sets it).
+  // and loaded together. (A PipelineEngine gives its stage engines this and the next one from its ParallelGroups:
+  // leave both empty there.)
   std::shared_ptr<Comm> world_group;
-  // Pipeline parallelism (PipelineEngine sets it; `comm` is then the data-parallel group): the ranks that hold the
+  // Pipeline parallelism (a PipelineEngine's; `comm` is then the data-parallel group): the ranks that hold the
   // other stages of this rank's replica (ParallelGroups::pipe). The gradient norm and the reported loss are the whole
   // pipeline's: ‖g‖² and the loss (which only the last stage computes) are summed over it.
   std::shared_ptr<Comm> pipeline_group;

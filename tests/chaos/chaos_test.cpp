@@ -167,7 +167,8 @@ class ChaosSample : public ::testing::TestWithParam<Chaos> {};
 TEST_P(ChaosSample, KilledRankStopsTheJobAndARestartEndsBitwise) { run_chaos(GetParam()); }
 
 // One kill of each kind, on each stage and world size. Hits are within what every layout passes in its 6 steps
-// (measured: 2 ranks at stage 1 pass over 240 collectives, stage 3 with NVMe over 1,600 swap transfers).
+// (measured: ranks at stages 1-2 pass 321 collectives, at stage 3 103; stage 3 with NVMe over 1,600 swap
+// transfers).
 INSTANTIATE_TEST_SUITE_P(
     EveryKind, ChaosSample,
     ::testing::Values(Chaos{2, 1, false, "engine.forward", 4, 1}, Chaos{3, 2, false, "engine.backward", 3, 2},
@@ -190,8 +191,11 @@ TEST(LongChaos, HundredRandomKills) {
     c.world = static_cast<int>(pick(2, 4));
     c.stage = static_cast<int>(pick(1, 3));
     c.point = fault::kKillPoints[pick(0, static_cast<long long>(fault::kKillPoints.size()) - 1)];
+    // Collectives a rank passes in the 6 steps (measured on torch 2.11, 2-4 ranks: 321 at stages 1-2, 103 at stage
+    // 3, whose gathers are one all_gather each; torch 1.13's Gloo fallbacks made more of them).
+    const long long collectives = c.stage == 3 ? 100 : 240;
     const std::map<std::string, long long> most = {{"engine.forward", kSteps}, {"engine.backward", kSteps},
-                                                   {"engine.step", kSteps}, {"comm.collective", 240},
+                                                   {"engine.step", kSteps}, {"comm.collective", collectives},
                                                    {"swap.io", 400}};
     const auto bound = most.find(c.point);
     c.hit = pick(1, bound == most.end() ? kSteps / kSaveInterval : bound->second);  // checkpoint.*: one per save

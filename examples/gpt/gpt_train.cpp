@@ -12,7 +12,6 @@
 #include <iostream>
 #include <optional>
 #include <set>
-#include <sstream>
 
 #include "auto_flags.h"
 #include "data/batch_sampler.h"
@@ -187,11 +186,7 @@ struct ConfigSource {
 
 ConfigSource read_config(const Args& a) {
   if (a.deepspeed_config.empty()) return {"", kDefaultConfig};
-  std::ifstream in(a.deepspeed_config);
-  if (!in) throw dscpp::ConfigError(a.deepspeed_config + ": cannot open the config file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return {a.deepspeed_config, text.str()};
+  return {a.deepspeed_config, dscpp::Config::read_file(a.deepspeed_config)};
 }
 
 dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_size, int64_t hidden_size) {
@@ -201,12 +196,7 @@ dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_s
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
-  try {
-    return dscpp::Config::from_string(source.text, options);
-  } catch (const dscpp::ConfigError& e) {
-    if (source.path.empty()) throw;
-    throw dscpp::ConfigError(source.path + ": " + e.what());  // errors name the file, as Config::from_file's
-  }
+  return dscpp::Config::from_string(source.text, options, source.path);  // errors name the file
 }
 
 // The config's model-parallel sizes (dscpp::read_parallel_sizes), read ahead of the parse, which needs the

@@ -191,26 +191,31 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   return config;
 }
 
-Config Config::from_string(const std::string& text, const ConfigOptions& options) {
-  nlohmann::json json;
+Config Config::from_string(const std::string& text, const ConfigOptions& options, const std::string& source) {
   try {
-    json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    throw ConfigError(std::string("config is not valid JSON: ") + e.what());
+    nlohmann::json json;
+    try {
+      json = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw ConfigError(std::string("config is not valid JSON: ") + e.what());
+    }
+    return from_json(json, options);
+  } catch (const ConfigError& e) {
+    if (source.empty()) throw;
+    throw ConfigError(source + ": " + e.what());
   }
-  return from_json(json, options);
 }
 
-Config Config::from_file(const std::string& path, const ConfigOptions& options) {
+std::string Config::read_file(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw ConfigError(path + ": cannot open the config file");
   std::stringstream text;
   text << in.rdbuf();
-  try {
-    return from_string(text.str(), options);
-  } catch (const ConfigError& e) {
-    throw ConfigError(path + ": " + e.what());
-  }
+  return text.str();
+}
+
+Config Config::from_file(const std::string& path, const ConfigOptions& options) {
+  return from_string(read_file(path), options, path);
 }
 
 ParallelSizes read_parallel_sizes(const nlohmann::json& config,

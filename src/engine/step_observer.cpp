@@ -118,14 +118,6 @@ void StepObserver::forward_ends() {
   add(Phase::kForward, forward_start_ns_, now_synchronized());
 }
 
-torch::Tensor StepObserver::in_unit(const std::vector<std::string>& names, int unit,
-                                    const std::function<torch::Tensor()>& fn) {
-  if (!flops_counter_) return fn();
-  const bool named = unit >= 0 && unit < static_cast<int>(names.size());
-  FlopsCounter::Scope scope(named ? names[unit] : std::string("(unit)"));
-  return fn();
-}
-
 void StepObserver::backward_ends() {
   ++step_times_.micro_steps;
   if (device_memory_) {

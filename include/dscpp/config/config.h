@@ -197,7 +197,12 @@ struct Config {
   nlohmann::json resolved;
 
   static Config from_json(const nlohmann::json& json, const ConfigOptions& options = {});
-  static Config from_string(const std::string& text, const ConfigOptions& options = {});
+  // `source` (a file's path, or empty) starts every error, so that it names the file as well as the key.
+  static Config from_string(const std::string& text, const ConfigOptions& options = {},
+                            const std::string& source = "");
+  // A config file's text: what from_file parses (a program that also reads it ahead of the parse, as gpt-train reads
+  // the parallel sizes, reads it once with this). ConfigError naming the path when it cannot be opened.
+  static std::string read_file(const std::string& path);
   // Errors name the file as well as the key.
   static Config from_file(const std::string& path, const ConfigOptions& options = {});
 };

@@ -112,13 +112,30 @@ ZeroConfig parse_zero(JsonReader& z) {
   z.accept_only_default("stage3_use_all_reduce_for_fetch_params", false);
   z.accept_only_default("stage3_module_granularity_threshold", 0);
   z.accept_only_default("mics_hierarchical_params_gather", false);
-  // ZeRO++ hierarchical partitioning and MiCS: off at 1 and -1 (or 0), DeepSpeed's "not used".
-  const int64_t hpz = z.get_int("zero_hpz_partition_size", 1, 1);
-  z.require(hpz == 1, "zero_hpz_partition_size", "1: ZeRO++ hierarchical partitioning (hpZ) is not supported yet");
+  // ZeRO++ hpZ: a secondary partition of the stage-3 weights inside groups of this many ranks (1: off). Whether it
+  // divides the data-parallel size is checked when the engine is assembled (the world is known there).
+  c.hpz_partition_size = z.get_int("zero_hpz_partition_size", 1, 1);
+  z.require(c.hpz_partition_size == 1 || c.stage == 3, "zero_hpz_partition_size",
+            "1 below stage 3: hpZ keeps a secondary partition of ZeRO-3's weights, and stage " +
+                std::to_string(c.stage) + " keeps whole weights on every rank");
+  // MiCS: off at -1 (or 0), DeepSpeed's "not used".
   const int64_t mics = z.get_int("mics_shard_size", -1, -1);
   z.require(mics <= 0, "mics_shard_size", "-1: MiCS sharding is not supported yet");
-  // ZeRO++ quantized communication: not built.
-  z.accept_if_disabled({"zero_quantized_weights", "zero_quantized_nontrainable_weights", "zero_quantized_gradients"});
+  // ZeRO++ qwZ: the stage-3 weight all-gathers in int8 blocks. Below stage 3 no weight is gathered, so the key
+  // would do nothing (DeepSpeed reads it only in stage 3): a config that sets it there is stopped instead.
+  c.quantized_weights = z.get_bool("zero_quantized_weights", false);
+  z.require(!c.quantized_weights || c.stage == 3, "zero_quantized_weights",
+            "false below stage 3: ZeRO++ quantizes ZeRO-3's weight all-gather, and stage " + std::to_string(c.stage) +
+                " keeps whole weights on every rank");
+  // Frozen parameters are not partitioned by this engine's ZeRO-3 (every rank keeps them whole, zero/zero_stage.h),
+  // so there is no all-gather of them to quantize and no partition to store quantized.
+  z.require(!z.get_bool("zero_quantized_nontrainable_weights", false), "zero_quantized_nontrainable_weights",
+            "false: frozen parameters stay whole on every rank under this engine's ZeRO-3 (not supported yet)");
+  // ZeRO++ qgZ: ZeRO-3's gradient reduce-scatter as an all-to-all of 4-bit blocks (DeepSpeed reads it in stage 3 only).
+  c.quantized_gradients = z.get_bool("zero_quantized_gradients", false);
+  z.require(!c.quantized_gradients || c.stage == 3, "zero_quantized_gradients",
+            "false below stage 3: ZeRO++ quantizes ZeRO-3's gradient reduce-scatter, and this config has stage " +
+                std::to_string(c.stage));
   z.finish();
   return c;
 }

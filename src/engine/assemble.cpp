@@ -197,6 +197,17 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   context.overlap_comm = config.zero.overlap_comm;
   context.reduce_scatter = config.zero.reduce_scatter;
   context.allgather_bucket_numel = config.zero.allgather_bucket_size;
+  context.quantized_weights = config.zero.quantized_weights;
+  if (const int64_t hpz = config.zero.hpz_partition_size; hpz > 1) {
+    if (world % hpz != 0) {
+      throw std::invalid_argument("zero_optimization.zero_hpz_partition_size = " + std::to_string(hpz) +
+                                  ": must divide the data-parallel size, " + std::to_string(world));
+    }
+    // Consecutive ranks, as a node's GPUs are numbered. Collective: every rank of the data group splits.
+    context.hpz_comm = context.comm->split(static_cast<int>(rank / hpz), rank);
+    context.hpz_across = context.comm->split(static_cast<int>(rank % hpz), rank);
+  }
+  context.quantized_gradients = config.zero.quantized_gradients;
   // The optimizer's store is OptimizerOffload's (make_optimizer_store), made once the stage has its master.
   context.optimizer_offload = {config.zero.offload_optimizer.device, config.zero.offload_optimizer.pin_memory, nullptr};
   context.param_offload = param_offload(config, rank);

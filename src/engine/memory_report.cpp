@@ -11,7 +11,8 @@ std::string describe(const ModelStateMemory& m) {
          b(m.stage.grads16) + ", fp32 master " + b(m.stage.master) + ", optimizer state " + b(m.optimizer_state) +
          "; buffers " + b(m.stage.buffers) +
          (m.stage.persistent > 0 ? "; persistent params " + b(m.stage.persistent) : std::string()) +
-         (m.stage.gathered_peak > 0 ? "; gathered peak " + b(m.stage.gathered_peak) : std::string());
+         (m.stage.gathered_peak > 0 ? "; gathered peak " + b(m.stage.gathered_peak) : std::string()) +
+         (m.stage.secondary > 0 ? "; hpZ secondary shards " + b(m.stage.secondary) : std::string());
 }
 
 nlohmann::json to_json(const ModelStateMemory& m) {

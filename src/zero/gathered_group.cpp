@@ -3,12 +3,14 @@
 
 #include <stdexcept>
 
+#include "dscpp/comm/quantized_all_gather.h"
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/zero/returnable_memory.h"
 
 namespace dscpp {
 
-GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial)
+GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial,
+                             GatherWire wire)
     : name_(std::move(name)),
       buffer_(std::move(buffer)),
       shard_(std::move(shard)),
@@ -23,11 +25,19 @@ GatheredGroup::GatheredGroup(std::string name, torch::Tensor buffer, torch::Tens
     throw std::invalid_argument("GatheredGroup '" + name_ + "': starts gathered or sharded, not gathering");
   }
   state_ = initial;
+  wire_ = wire;
 }
 
 void GatheredGroup::start_gather(Comm& comm) {
   if (state_ != State::kSharded) return;
   allocate_returnable(buffer_, static_cast<size_t>(bytes()));
+  if (secondary_valid_) {
+    // hpZ: the parts this rank's group holds make up the whole buffer; nothing crosses the group.
+    gather_input_ = secondary_;
+    gather_ = secondary_comm_->all_gather(buffer_, gather_input_);
+    state_ = State::kGathering;
+    return;
+  }
   if (store_ != nullptr) {
     // A copy, so the store's buffer is free again at once (stage 3 may have several gathers running).
     gather_input_ = store_->acquire(store_index_).front().to(buffer_.device(), /*non_blocking=*/false, /*copy=*/true);
@@ -37,7 +47,8 @@ void GatheredGroup::start_gather(Comm& comm) {
   }
   // The collective writes the storage directly; the parameters keep their own version counters (set_data does not
   // share them), so autograd's saved parameters stay valid across a release and re-gather.
-  gather_ = comm.all_gather(buffer_, gather_input_);
+  gather_ = wire_ == GatherWire::kInt8 ? quantized_all_gather(comm, buffer_, gather_input_)
+                                       : comm.all_gather(buffer_, gather_input_);
   state_ = State::kGathering;
 }
 
@@ -58,7 +69,23 @@ void GatheredGroup::wait_gathered(Comm& comm) {
   gather_ = Handle();
   gather_input_ = torch::Tensor();
   state_ = State::kGathered;
+  if (secondary_comm_ && !secondary_valid_) {
+    const int64_t part = numel_ / secondary_comm_->world_size();
+    secondary_.copy_(buffer_.view({-1}).narrow(0, secondary_comm_->rank() * part, part));
+    secondary_valid_ = true;
+  }
   point_params();
+}
+
+void GatheredGroup::keep_secondary_over(std::shared_ptr<Comm> comm) {
+  const int parts = comm->world_size();
+  if (numel_ % parts != 0) {
+    throw std::invalid_argument("GatheredGroup '" + name_ + "': " + std::to_string(numel_) + " elements do not split " +
+                                "into " + std::to_string(parts) + " secondary shards");
+  }
+  secondary_ = torch::empty({numel_ / parts}, buffer_.options());
+  secondary_comm_ = std::move(comm);
+  secondary_valid_ = false;
 }
 
 void GatheredGroup::release() {

@@ -1,6 +1,7 @@
 // ShardedMaster: the partitions of the sharded stages and their two collectives.
 #include "dscpp/zero/sharded_master.h"
 
+#include "dscpp/comm/quantized_reduce_scatter.h"
 #include "dscpp/zero/grad_norm.h"
 #include "dscpp/offload/host_memory.h"
 #include "dscpp/zero/in_flight.h"
@@ -41,7 +42,11 @@ Handle ShardedMaster::reduce_group(int group, const torch::Tensor& group_grads) 
   torch::Tensor shard;
   Handle pending;
   auto& comm = ctx_.comm_for(g);
-  if (ctx_.reduce_scatter) {
+  if (ctx_.quantized_gradients) {
+    // qgZ (stage 3, where expert groups are refused: `comm` is the data group the hpZ splits came from).
+    shard = torch::empty({g.shard_numel}, input.options());
+    pending = quantized_reduce_scatter(comm, shard, input, ctx_.hpz_comm.get(), ctx_.hpz_across.get());
+  } else if (ctx_.reduce_scatter) {
     shard = torch::empty({g.shard_numel}, input.options());
     pending = comm.reduce_scatter(shard, input, ReduceOp::kSum);
   } else {

@@ -206,6 +206,7 @@ class Stage3 final : public ZeroStage {
     } else if (!master_->params().is_same(partition_)) {
       partition_.copy_(master_->params());
     }
+    drop_secondaries();
     regather_persistent();
   }
 
@@ -216,7 +217,10 @@ class Stage3 final : public ZeroStage {
     auto target = partition_.narrow(0, begin, values.numel());
     if (target.data_ptr() != values.data_ptr()) target.copy_(values);
   }
-  void finish_publish() override { regather_persistent(); }
+  void finish_publish() override {
+    drop_secondaries();
+    regather_persistent();
+  }
 
   void zero_grads() override { master_->zero_grads(); }
 
@@ -251,6 +255,8 @@ class Stage3 final : public ZeroStage {
     // Buckets being filled or reduced, and the boundary's fp32 gradient.
     m.buffers = master_->master_grad_bytes() + largest * static_cast<int64_t>(in_flight_->limit() + 2);
     m.gathered_peak = gathered_peak_;
+    for (const auto& g : groups_) m.secondary += g.secondary_bytes();
+    m.params16 += m.secondary;  // 16-bit copies of parameters this rank holds
     return m;
   }
 
@@ -271,6 +277,11 @@ class Stage3 final : public ZeroStage {
     param_store_ = ctx_.param_offload.store(sizes, partition_);
     for (size_t g = 0; g < groups_.size(); ++g) groups_[g].keep_shard_in(param_store_.get(), static_cast<int>(g));
     partition_ = torch::Tensor();
+  }
+
+  // hpZ: the shards changed, so each block's next gather goes over every rank again.
+  void drop_secondaries() {
+    for (auto& g : groups_) g.drop_secondary();
   }
 
   void regather_persistent() {
@@ -339,6 +350,11 @@ class Stage3 final : public ZeroStage {
     }
   }
 
+  // Kind 0 is the persistent group: gathered exact (StageContext::quantized_weights).
+  GatherWire wire_for(int kind) const {
+    return ctx_.quantized_weights && kind != 0 ? GatherWire::kInt8 : GatherWire::kExact;
+  }
+
   // Before a group is built whole: the regrouped units that hold its parameters are gathered (collective; every
   // rank builds the groups in the same order). After: a unit whose parameters have all moved into groups gives its
   // buffer's memory back.
@@ -379,8 +395,10 @@ class Stage3 final : public ZeroStage {
         }
         shard.copy_(pre.shard);
         pre.shard = torch::Tensor();
-        groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded);
+        groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded,
+                             wire_for(kind));
         groups_.back().hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned)
+        if (ctx_.hpz_comm && kind != 0) groups_.back().keep_secondary_over(ctx_.hpz_comm);
         if (kind == 1) root_group_ = static_cast<int>(g);
         group_numel_.push_back(group.numel);
         continue;
@@ -400,8 +418,9 @@ class Stage3 final : public ZeroStage {
         params.push_back(params_[i]);
         views.push_back(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
       }
-      groups_.emplace_back(placement_.kind_name[kind], buffer, shard);
+      groups_.emplace_back(placement_.kind_name[kind], buffer, shard, GatheredGroup::State::kGathered, wire_for(kind));
       groups_.back().hold(std::move(params), std::move(views));  // the parameters become views of the buffer
+      if (ctx_.hpz_comm && kind != 0) groups_.back().keep_secondary_over(ctx_.hpz_comm);
       release_regrouped(group, prepartitioned);
       if (kind == 0) {
         persistent_group_ = static_cast<int>(g);

@@ -106,7 +106,7 @@ TEST(PlanCli, RejectsWhatInitializeRejects) {
       {"optimizer.type", {{"optimizer", {{"type", "Lamb"}, {"params", {{"lr", 1e-3}}}}}}},
       {"zero_optimization.offload_optimizer.device", {{"zero_optimization", {{"stage", 0}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"data_types.grad_accum_dtype", {{"bf16", {{"enabled", true}}}, {"data_types", {{"grad_accum_dtype", "fp32"}}}}},
-      {"zero_optimization.zero_hpz_partition_size", {{"zero_optimization", {{"stage", 3}, {"zero_hpz_partition_size", 8}}}}},
+      {"zero_optimization.zero_hpz_partition_size", {{"zero_optimization", {{"stage", 2}, {"zero_hpz_partition_size", 8}}}}},
       {"sparse_attention", {{"sparse_attention", {{"mode", "fixed"}}}}},
       {"zero_optimization.stage3_prefetch_bucket_sise",
        {{"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_sise", 1000}}}}},
@@ -182,6 +182,34 @@ TEST(PlanCli, TensorParallelShowsTheGridAndTheSlicesPerRank) {
       << r.out;
   EXPECT_NE(r.out.find("tensor parallel 2: 431104 params per rank"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model-state memory per rank (Adam, 431104 params"), std::string::npos) << r.out;
+}
+
+// ZeRO++ on gpt-train's tiny model (842,496 params) over 4 ranks in bf16: a rank receives 3/4 of the weights per
+// gather, int8 under qwZ (plus a 4-byte scale per 4,096), once over the data group and once inside its hpZ pair.
+TEST(PlanCli, ZeroPlusPlusShowsTheGatherBytesAndTheSecondaryShards) {
+  const std::string path = write_config("zeropp.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                         {"bf16", {{"enabled", true}}},
+                                                         {"zero_optimization", {{"stage", 3},
+                                                                                {"zero_quantized_weights", true},
+                                                                                {"zero_hpz_partition_size", 2},
+                                                                                {"zero_quantized_gradients", true}}}});
+  const PlanRun r = plan(path + " --model tiny --world_size 4");
+  ASSERT_EQ(r.code, 0) << r.err;
+  // 631,872 × (1 + 4 / 4,096) B over the data group; plain ZeRO-3: 2 gathers × 631,872 × 2 B.
+  EXPECT_NE(r.out.find("weight all-gathers over the data-parallel group: 617.67 KB received (plain ZeRO-3: 2.41 MB)"
+                       "; qwZ: int8 blocks"),
+            std::string::npos) << r.out;
+  // 842,496 / 2 × 2 B each way.
+  EXPECT_NE(r.out.find("hpZ 2: backward all-gathers inside groups of 2 ranks: 822.75 KB received; secondary shards "
+                       "822.75 KB more memory per rank"),
+            std::string::npos) << r.out;
+  // qgZ in two levels: 842,496 × (½ + 4 / 1,024) B × ½ inside the pair, then half of that × ½ across the two pairs.
+  EXPECT_NE(r.out.find("qgZ: gradient reduce-scatter as 4-bit all-to-alls: 207.29 KB sent inside hpZ groups + "
+                       "103.65 KB across them (plain ZeRO-3: 1.21 MB)"),
+            std::string::npos) << r.out;
+  const std::string plain = write_config("zero3.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                        {"zero_optimization", {{"stage", 3}}}});
+  EXPECT_EQ(plan(plain + " --model tiny --world_size 4").out.find("ZeRO++"), std::string::npos);
 }
 
 // gpt-train's MoE blocks (small: blocks 1, 3, 5 with 8 experts of 525,568 parameters each, a gate of 8 × 256 in place

@@ -93,6 +93,41 @@ void print_memory_table(const Config& config, int64_t num_params, int world_size
   }
 }
 
+// ZeRO++ at stage 3: what qwZ and hpZ change in the weights' all-gathers and in memory, per rank and micro-step,
+// counting each block gathered twice (forward, and backward after its release), persistent parameters aside.
+void print_zeropp(const Config& config, int64_t num_params, int world_size, std::ostream& out) {
+  const auto& z = config.zero;
+  if (z.stage != 3 || (!z.quantized_weights && z.hpz_partition_size == 1 && !z.quantized_gradients)) return;
+  const double elem = config.compute_dtype() == DType::kFloat32 ? 4 : 2;
+  const double received = static_cast<double>(num_params) * (world_size - 1) / world_size;
+  // int8 plus one fp32 scale per block of up to 4,096 elements (comm/quantized_all_gather.h).
+  const double wire = z.quantized_weights ? 1 + 4.0 / 4096 : elem;
+  const int64_t hpz = z.hpz_partition_size;
+  const double over_data = received * wire * (hpz > 1 ? 1 : 2);
+  out << "\nZeRO++ (per rank and micro-step, each block gathered for its forward and again for its backward):\n"
+      << "  weight all-gathers over the data-parallel group: " << format_bytes(over_data) << " received (plain ZeRO-3: "
+      << format_bytes(2 * received * elem) << ")" << (z.quantized_weights ? "; qwZ: int8 blocks" : "") << "\n";
+  if (hpz > 1) {
+    out << "  hpZ " << hpz << ": backward all-gathers inside groups of " << hpz << " ranks: "
+        << format_bytes(static_cast<double>(num_params) * (hpz - 1) / hpz * elem) << " received; secondary shards "
+        << format_bytes(static_cast<double>(num_params) / hpz * elem) << " more memory per rank\n";
+  }
+  if (z.quantized_gradients) {
+    // Half a byte per element plus a 4-byte scale per 1,024 (comm/quantized_reduce_scatter.h).
+    const double nibble = 0.5 + 4.0 / 1024;
+    const double plain = received * elem;
+    out << "  qgZ: gradient reduce-scatter as 4-bit all-to-alls: ";
+    if (hpz > 1 && hpz < world_size) {
+      const double groups = static_cast<double>(world_size) / hpz;
+      out << format_bytes(static_cast<double>(num_params) * (hpz - 1) / hpz * nibble) << " sent inside hpZ groups + "
+          << format_bytes(static_cast<double>(num_params) / hpz * (groups - 1) / groups * nibble) << " across them";
+    } else {
+      out << format_bytes(received * nibble) << " sent";
+    }
+    out << " (plain ZeRO-3: " << format_bytes(plain) << ")\n";
+  }
+}
+
 void write_schedule_csv(const Config& config, const PlanArgs& args) {
   if (args.steps < 1) throw std::invalid_argument("--schedule_csv needs --steps N with N >= 1");
   // Without an "optimizer" section the program brings its own, so its base lr is unknown here (nan).
@@ -294,6 +329,7 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
           << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";
     }
     print_memory_table(config, per_rank, dp, out, expert_params, ep);
+    print_zeropp(config, per_rank, dp, out);
   }
   if (!args.schedule_csv.empty()) {
     write_schedule_csv(config, args);

@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,10 @@
 
 namespace dscpp {
 
+// How a group's gathers move the shards: as they are, or (ZeRO++ qwZ, zero_quantized_weights) as int8 blocks that
+// every rank dequantizes on arrival (comm/quantized_all_gather.h). The shards themselves, and the master, stay exact.
+enum class GatherWire { kExact, kInt8 };
+
 class GatheredGroup {
  public:
   enum class State { kSharded, kGathering, kGathered };
@@ -28,7 +33,8 @@ class GatheredGroup {
   // `buffer`: the group's flat buffer (numel = shard.numel() × world size), holding the parameters as views;
   // `shard`: this rank's slice of it, stored in the stage's partition. `initial`: kGathered when the buffer holds
   // the values, kSharded when its memory is already released (a unit built partitioned).
-  GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial = State::kGathered);
+  GatheredGroup(std::string name, torch::Tensor buffer, torch::Tensor shard, State initial = State::kGathered,
+                GatherWire wire = GatherWire::kExact);
 
   const std::string& name() const { return name_; }
   State state() const { return state_; }
@@ -54,6 +60,15 @@ class GatheredGroup {
 
   const torch::Tensor& buffer() const { return buffer_; }
 
+  // ZeRO++ hpZ: after the first gather since the values last changed, this rank keeps a secondary shard, its part of
+  // the buffer over `comm` (the hpZ group: zero_hpz_partition_size consecutive ranks, typically one node), and every
+  // later gather assembles the buffer from those parts inside the group, exact, instead of over every rank. The
+  // values are those of the first gather (dequantized, under qwZ), so every gather of a step gives the same weights.
+  void keep_secondary_over(std::shared_ptr<Comm> comm);
+  // The shards changed (the optimizer stepped): the next gather goes over every rank again and refreshes it.
+  void drop_secondary() { secondary_valid_ = false; }
+  int64_t secondary_bytes() const { return secondary_.defined() ? secondary_.nbytes() : 0; }
+
  private:
   void point_params();  // each held parameter at its view (gathered) or at the empty tensor (otherwise)
 
@@ -64,6 +79,7 @@ class GatheredGroup {
   int64_t shard_numel_;
   int64_t element_size_;
   State state_ = State::kGathered;
+  GatherWire wire_ = GatherWire::kExact;
   Handle gather_;
   torch::Tensor gather_input_;  // what the running gather reads: the shard, or its copy on the buffer's device
   StateStore* store_ = nullptr;
@@ -71,6 +87,9 @@ class GatheredGroup {
   std::vector<torch::Tensor> params_;
   std::vector<torch::Tensor> views_;
   torch::Tensor empty_;  // what a held parameter is while the group is not gathered
+  std::shared_ptr<Comm> secondary_comm_;  // hpZ: null when off
+  torch::Tensor secondary_;               // hpZ: this rank's part of the buffer over secondary_comm_
+  bool secondary_valid_ = false;          // it holds the current values
 };
 
 }  // namespace dscpp

@@ -35,6 +35,7 @@ struct StageMemory {
   // per block while in use, and gathered_peak is the most of those held at once since initialize.
   int64_t persistent = 0;
   int64_t gathered_peak = 0;
+  int64_t secondary = 0;     // ZeRO-3 with hpZ: the secondary shards (1/hpz of every block), part of params16
 };
 
 // Where a stage spent time waiting for communication, cumulative since initialize.
@@ -168,6 +169,19 @@ struct StageContext {
   // engine's OptimizerOffload): no fp32 copy of the partition is made, and until the store has taken its initial
   // values (release_master) master_params() is the compute-dtype partition itself. (`store` is not used here.)
   OffloadPolicy optimizer_offload;
+  // ZeRO++ qwZ, "zero_quantized_weights" (stage 3): the blocks' all-gathers, forward and backward, send int8 blocks
+  // (GatherWire::kInt8). The persistent group, re-gathered once per step, and whole-parameter reads (a model save)
+  // stay exact, as DeepSpeed's gathers after the step and for GatheredParameters do.
+  bool quantized_weights = false;
+  // ZeRO++ hpZ, "zero_hpz_partition_size" (stage 3): the group of that many consecutive ranks this rank belongs to
+  // (null: off). Each rank keeps a secondary shard of every block over it, so the gathers after a block's first
+  // since the optimizer step (its backward, the next micro-steps) stay inside the group (GatheredGroup).
+  std::shared_ptr<Comm> hpz_comm;
+  // The ranks at this rank's position in every hpZ group (with hpz_comm: the two levels of qgZ's reduction).
+  std::shared_ptr<Comm> hpz_across;
+  // ZeRO++ qgZ, "zero_quantized_gradients" (stage 3): each group's gradient reduce-scatter is an all-to-all of 4-bit
+  // blocks (comm/quantized_reduce_scatter.h), in two levels over hpz_comm and hpz_across where hpZ is on.
+  bool quantized_gradients = false;
   // offload_param (stage 3): the 16-bit partition lives in host memory, copied to the device for each gather; on
   // NVMe in the store `param_offload.store` makes, read for each gather, and the partition in memory is released.
   OffloadPolicy param_offload;

@@ -146,8 +146,12 @@ class Init:
         for name, value in unsupported.items():
             if value is not None:
                 raise NotImplementedError(f"dscpp.zero.Init: {name} is not supported")
-        if zero_quantized_weights or zero_quantized_nontrainable_weights:
-            raise NotImplementedError("dscpp.zero.Init: quantized weights are not supported")
+        if zero_quantized_weights:
+            raise NotImplementedError("dscpp.zero.Init: zero_quantized_weights=True is read from the config here: set "
+                                      "zero_optimization.zero_quantized_weights (the engine's all-gathers follow it)")
+        if zero_quantized_nontrainable_weights:
+            raise NotImplementedError("dscpp.zero.Init: zero_quantized_nontrainable_weights is not supported (frozen "
+                                      "parameters stay whole on every rank)")
         if remote_device not in (None, "cpu", "none"):
             raise NotImplementedError(f"dscpp.zero.Init: remote_device={remote_device!r} is not supported (the "
                                       "shards stay on the parameters' device; zero_optimization.offload_param moves "

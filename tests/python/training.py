@@ -156,14 +156,16 @@ def reference_losses(kind, grad_accum, world, steps, grouped=False, reduce_each_
 
 
 if __name__ == "__main__":
-    # A rank of a multi-process run: python3 training.py KIND STAGE GRAD_ACCUM STEPS DTYPE OUT [grouped]
-    # (env: torchrun's).
+    # A rank of a multi-process run: python3 training.py KIND STAGE GRAD_ACCUM STEPS DTYPE OUT [grouped | ZERO_JSON]
+    # (env: torchrun's). ZERO_JSON: more zero_optimization keys, a JSON object.
     import os
     import sys
     kind, stage, gas, steps, dtype, out = sys.argv[1:7]
     world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
+    extra = json.loads(sys.argv[7]) if sys.argv[7:] and sys.argv[7].startswith("{") else {}
     losses = engine_losses(kind, int(stage), int(gas), world, rank, int(steps), dtype,
-                           grouped=sys.argv[7:] == ["grouped"])
+                           grouped=sys.argv[7:] == ["grouped"],
+                           configure=lambda config: config["zero_optimization"].update(extra))
     if rank == 0:
         with open(out, "w") as f:
             json.dump(losses, f)

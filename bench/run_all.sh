@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/run_all.sh: every benchmark in sequence with its defaults, then bench/RESULTS.md — each one's output as it
 # printed it, how long it took against the time its header states, and the machine (CPU kind, SIMD, cores, memory,
-# disk), the date and the commit. Expected time on a 2-core machine: ~31 min on torch 2.11 (22:27 in bench/RESULTS.md of
+# disk), the date and the commit. Expected time on a 2-core machine: ~36 min on torch 2.11 (22:27 in bench/RESULTS.md of
 # e6962d7, before bench/vs_deepspeed, ~8 min, was added; 49:17 on torch 1.13).
 #
 # Each benchmark runs under `timeout` (twice its stated time: a hang ends, the others still run) and with a limit on
@@ -42,6 +42,7 @@ BENCHES=(
   "vs_deepspeed|8|8|bench/vs_deepspeed/run.sh $BUILD"
   "scaling|2|8|bench/scaling/run.sh $BUILD"
   "zero3_overhead|3|8|bench/zero3_overhead/run.sh $BUILD"
+  "compressed_comm|5|8|bench/compressed_comm/run.sh $BUILD"
   "host_malloc|3|8|bench/host_malloc/run.sh $BUILD"
   "tensor_parallel|2|8|bench/tensor_parallel/run.sh $BUILD"
   "moe|2|8|bench/moe/run.sh $BUILD"

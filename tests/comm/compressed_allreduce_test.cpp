@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/multiprocess.h"
+#include "logged_world.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
 #include "dscpp/comm/compressed_allreduce.h"
@@ -70,12 +71,9 @@ struct Reference {
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 int worker(const std::string& /*scenario*/) {
-  const auto world_comm = init_comm(DistEnv::from_env(), CommBackend::kGloo);
-  const int rank = world_comm->rank(), world = world_comm->world_size();
-  CommsLoggerConfig logging;
-  logging.enabled = true;
-  auto logger = std::make_shared<CommsLogger>(logging, rank, world, [](const std::string&) {});
-  const auto comm = make_logged_comm(world_comm, logger);
+  const auto job = LoggedWorld::join();
+  const int rank = job.rank, world = job.size;
+  const auto& comm = job.comm;
 
   Reference reference(world);
   auto errors = CompressionErrors::zeros(kNumel, world, torch::TensorOptions());
@@ -93,16 +91,12 @@ int worker(const std::string& /*scenario*/) {
   }
   // On the wire: the signs twice (all_to_all, then all_gather), 1 bit an element, and two scales per rank.
   const int64_t padded = compressed_padded_numel(kNumel, world);
-  const auto stats = logger->stats();
-  int64_t to_all = 0, gathered = 0, reduced = 0;
-  for (const auto& [bytes, s] : stats.at("all_to_all")) to_all += s.bytes;
-  for (const auto& [bytes, s] : stats.at("all_gather")) gathered += s.bytes;
-  if (stats.count("all_reduce")) reduced = 1;
+  const int64_t to_all = job.bytes("all_to_all"), gathered = job.bytes("all_gather"), reduced = job.bytes("all_reduce");
   if (to_all != kCalls * padded / 8 || gathered != kCalls * (padded / 8 + 2 * world * 4) || reduced != 0) {
     throw std::runtime_error("the comms logger counted all_to_all " + std::to_string(to_all) + " and all_gather " +
                              std::to_string(gathered) + " bytes");
   }
-  world_comm->barrier();
+  job.world->barrier();
   return 0;
 }
 

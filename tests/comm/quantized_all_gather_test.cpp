@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../common/multiprocess.h"
+#include "logged_world.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
 #include "dscpp/comm/dist_env.h"
@@ -91,12 +92,9 @@ TEST(QuantizedAllGather, BlocksEqualTheScalarReferenceBitForBit) {
 constexpr int64_t kShard = 8005;  // 2 blocks of 4,008: padding to drop on arrival
 
 int worker(const std::string& /*scenario*/) {
-  const auto world_comm = init_comm(DistEnv::from_env(), CommBackend::kGloo);
-  const int rank = world_comm->rank(), world = world_comm->world_size();
-  CommsLoggerConfig logging;
-  logging.enabled = true;
-  auto logger = std::make_shared<CommsLogger>(logging, rank, world, [](const std::string&) {});
-  const auto comm = make_logged_comm(world_comm, logger);
+  const auto job = LoggedWorld::join();
+  const int rank = job.rank, world = job.size;
+  const auto& comm = job.comm;
 
   auto output = torch::empty({world * kShard}, torch::kBFloat16);
   quantized_all_gather(*comm, output, shard_of(rank, kShard).to(torch::kBFloat16)).wait();
@@ -109,13 +107,11 @@ int worker(const std::string& /*scenario*/) {
     }
   }
   // On the wire: one byte an element (padded to 8,016) and 2 fp32 scales per rank, instead of two bytes an element.
-  int64_t gathered = 0;
-  const auto stats = logger->stats();
-  for (const auto& [bytes, s] : stats.at("all_gather")) gathered += s.bytes;
+  const int64_t gathered = job.bytes("all_gather");
   if (gathered != world * (8016 + 2 * 4)) {
     throw std::runtime_error("the comms logger counted " + std::to_string(gathered) + " all_gather bytes");
   }
-  world_comm->barrier();
+  job.world->barrier();
   return 0;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/multiprocess.h"
+#include "logged_world.h"
 #include "dscpp/comm/block_quantizer.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
@@ -76,18 +77,15 @@ torch::Tensor reference(int rank, int world, int members) {
 }
 
 int worker(const std::string& scenario) {
-  const auto world_comm = init_comm(DistEnv::from_env(), CommBackend::kGloo);
-  const int rank = world_comm->rank(), world = world_comm->world_size();
+  const auto job = LoggedWorld::join();
+  const int rank = job.rank, world = job.size;
   const int members = scenario == "two_levels" ? 2 : 1;
   std::shared_ptr<Comm> local, across;
   if (members > 1) {
-    local = world_comm->split(rank / members, rank);
-    across = world_comm->split(rank % members, rank);
+    local = job.world->split(rank / members, rank);
+    across = job.world->split(rank % members, rank);
   }
-  CommsLoggerConfig logging;
-  logging.enabled = true;
-  auto logger = std::make_shared<CommsLogger>(logging, rank, world, [](const std::string&) {});
-  const auto comm = make_logged_comm(world_comm, logger);
+  const auto& comm = job.comm;
 
   auto output = torch::empty({kChunk});  // fp32: the sum as the owner makes it, before any rounding
   quantized_reduce_scatter(*comm, output, gradients_of(rank, world).to(torch::kBFloat16), local.get(), across.get())
@@ -106,15 +104,13 @@ int worker(const std::string& scenario) {
   if (error > 0.25) throw std::runtime_error(where + "relative error " + std::to_string(error));
   // On the data-parallel comm (one level): half a byte per element of the padded chunks and a scale per block.
   if (members == 1) {
-    int64_t to_all = 0;
-    const auto stats = logger->stats();
-    for (const auto& [bytes, s] : stats.at("all_to_all")) to_all += s.bytes;
+    const int64_t to_all = job.bytes("all_to_all");
     if (to_all != world * (2520 / 2 + 3 * 4)) {
       throw std::runtime_error(where + "the comms logger counted " + std::to_string(to_all) + " all_to_all bytes");
     }
   }
   std::cout << where << "relative error " << error << "\n";
-  world_comm->barrier();
+  job.world->barrier();
   return 0;
 }
 

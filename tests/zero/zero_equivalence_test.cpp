@@ -236,6 +236,10 @@ std::vector<ZeroRun> offload_runs(bool sweep) {
   add(3, 1, 2, false, "nvme", 7'001, "nvme");
   add(3, 2, 1, false, "nvme", 7'001, "nvme");
   add(3, 2, 2, false, "", 0, "nvme");
+  // ZeRO++ hpZ over shards read from the swap file: the secondary shards come from the first gather as ever.
+  add(3, 2, 2, false, "", 0, "nvme");
+  runs.back().zero_extra = {{"zero_hpz_partition_size", 2}};
+  runs.back().tag = "_hpz2";
   return runs;
 }
 

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # bench/compressed_comm: ZeRO++ against plain ZeRO-3 on gpt-train (bf16, micro-batch 8 x seq 128 per rank,
 # OMP_NUM_THREADS=1), each pair in the same invocation, interleaved over ROUNDS rounds (bench/common.sh):
-#   1. loopback, 2 processes: ZeRO-3 vs qwZ + qgZ; 4 processes: ZeRO-3 vs qwZ + hpZ 2 + qgZ. Prints the bytes rank 0
-#      moved per op (its comms logger: the data-parallel group's collectives; hpZ's in-group traffic is not on that
-#      group) and each op's ratio to ZeRO-3's, and the step-time ratio. Loopback has no bandwidth limit, so here the
-#      quantization's own cost shows, not its saving.
+#   1. loopback, 2 processes: ZeRO-3 vs qwZ + qgZ; 4 processes: ZeRO-3 vs qwZ + hpZ 2 + qgZ. Prints the message
+#      bytes rank 0's comms logger counted per op and step — the data-parallel group's, and hpZ's groups' as op[n] —
+#      each op's ratio to ZeRO-3's and the data group's total, and the step-time ratio. Loopback has no bandwidth
+#      limit, so here the quantization's own cost shows, not its saving.
 #   2. a throttled link: two hosts made of network namespaces joined by a veth pair limited to RATE (default 1gbit,
 #      tc's token bucket on both ends), 2 ranks on each, one `dscpp launch --no_ssh --node_rank K` per host, as two
 #      machines of 2 GPUs joined by Ethernet: ZeRO-3 vs qwZ + hpZ 2 + qgZ (hpZ's groups are the hosts). Needs root and
@@ -53,11 +53,11 @@ bytes_per_step() {  # LOG
     END { for (op in b) printf "%s %.0f\n", op, b[op] / steps }' "$1" | sort
 }
 compare_bytes() {  # PLAIN ZEROPP (interleave names): round 1's logs
-  echo "  bytes per step on the data-parallel group (rank 0's comms logger), $1 -> $2:"
+  echo "  message bytes per step (rank 0's comms logger; op[n]: on a sub-group of n ranks, hpZ's), $1 -> $2:"
   join -a 1 -a 2 -e 0 -o 0,1.2,2.2 <(bytes_per_step "$OUT/$1.1.jsonl.log") <(bytes_per_step "$OUT/$2.1.jsonl.log") |
-    awk '{ printf "    %-15s %12.0f -> %12.0f  %s\n", $1, $2, $3, ($2 > 0) ? sprintf("(%.3f)", $3 / $2) : "(new)"
-           p += $2; q += $3 }
-         END { printf "    %-15s %12.0f -> %12.0f  (%.3f)\n", "all", p, q, q / p }'
+    awk '{ printf "    %-18s %12.0f -> %12.0f  %s\n", $1, $2, $3, ($2 > 0) ? sprintf("(%.3f)", $3 / $2) : "(new)"
+           if ($1 !~ /\[/) { p += $2; q += $3 } }
+         END { printf "    %-18s %12.0f -> %12.0f  (%.3f)\n", "all, data group", p, q, q / p }'
 }
 
 echo "compressed_comm: gpt-train $MODEL, bf16, micro-batch 8 x seq 128 per rank, OMP_NUM_THREADS=1, $STEPS steps," \

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "dscpp/monitor/step_log.h"
 
@@ -12,10 +14,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// `group`: "" for the comm the logger was made for; "[n]" for a sub-group of n ranks split from it, whose ops are
+// recorded under their own names ("all_gather[2]") so a summary tells the traffic of each apart (ZeRO++'s hpZ groups).
 class LoggedComm final : public Comm {
  public:
-  LoggedComm(std::shared_ptr<Comm> inner, std::shared_ptr<CommsLogger> logger)
-      : inner_(std::move(inner)), logger_(std::move(logger)) {}
+  LoggedComm(std::shared_ptr<Comm> inner, std::shared_ptr<CommsLogger> logger, std::string group = "")
+      : inner_(std::move(inner)), logger_(std::move(logger)), group_(std::move(group)) {}
 
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
@@ -52,8 +56,11 @@ class LoggedComm final : public Comm {
   }
   std::unique_ptr<SideStream> open_side_stream() override { return inner_->open_side_stream(); }
   void interrupt(std::exception_ptr error) override { inner_->interrupt(std::move(error)); }
-  // Sub-groups are not logged: the logger's bandwidths assume this comm's world size.
-  std::shared_ptr<Comm> split(int color, int key) override { return inner_->split(color, key); }
+  std::shared_ptr<Comm> split(int color, int key) override {
+    auto sub = inner_->split(color, key);
+    const std::string group = "[" + std::to_string(sub->world_size()) + "]";
+    return std::make_shared<LoggedComm>(std::move(sub), logger_, group);
+  }
 
  private:
   static double seconds_since(Clock::time_point start) {
@@ -65,15 +72,23 @@ class LoggedComm final : public Comm {
     if (!logger_->wants(op)) return launch();
     const auto start = Clock::now();
     auto handle = std::make_shared<Handle>(launch());
-    return Handle([handle, start, op, bytes, logger = logger_] {
+    return Handle([handle, start, name = op + group_, bytes, logger = logger_] {
       handle->wait();
-      logger->record(op, static_cast<int64_t>(bytes), seconds_since(start));
+      logger->record(name, static_cast<int64_t>(bytes), seconds_since(start));
     });
   }
 
   std::shared_ptr<Comm> inner_;
   std::shared_ptr<CommsLogger> logger_;
+  std::string group_;
 };
+
+// "all_gather[2]" → ("all_gather", 2); a name without a group → (name, `world`).
+std::pair<std::string, int> op_and_group(const std::string& name, int world) {
+  const auto open = name.find('[');
+  if (open == std::string::npos || name.back() != ']') return {name, world};
+  return {name.substr(0, open), std::stoi(name.substr(open + 1, name.size() - open - 2))};
+}
 
 }  // namespace
 
@@ -95,7 +110,8 @@ bool CommsLogger::wants(const std::string& op) const {
 
 void CommsLogger::record(const std::string& op, int64_t bytes, double seconds) {
   const double algbw = seconds > 0 ? bytes / seconds : 0.0;
-  const double busbw = algbw * bus_factor(op, world_);
+  const auto [base, group_size] = op_and_group(op, world_);  // a sub-group's op moves what its own size implies
+  const double busbw = algbw * bus_factor(base, group_size);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto& s = stats_[op][bytes];

@@ -56,6 +56,25 @@ TEST(CommsLogger, GroupsByOpAndSizeWithBandwidths) {
   EXPECT_NE(lines[0].find("all_gather | 2.00 KB | 500.000 ms"), std::string::npos) << lines[0];
 }
 
+// A comm split from a logged one is logged too, its ops under the group's size ("all_gather[1]") with the bus factor
+// of that size, so a summary tells the data group's traffic from a sub-group's (ZeRO++'s hpZ groups).
+TEST(CommsLogger, SubGroupOpsAreNamedWithTheGroupSize) {
+  CommsLoggerConfig config;
+  config.enabled = true;
+  auto logger = std::make_shared<CommsLogger>(config, 0, 4, [](const std::string&) {});
+  logger->record("all_gather[2]", 1'000'000, 0.001);
+  EXPECT_DOUBLE_EQ(logger->stats().at("all_gather[2]").at(1'000'000).busbw_sum, 0.5 * 1e9);  // (2 - 1) / 2
+
+  auto logged = make_logged_comm(make_single_process_comm(), logger);
+  auto group = logged->split(0, 0);
+  auto out = torch::zeros({4});
+  group->all_gather(out, torch::ones({4})).wait();
+  logged->all_gather(out, torch::ones({4})).wait();
+  const auto stats = logger->stats();
+  EXPECT_EQ(stats.at("all_gather[1]").at(16).count, 1);
+  EXPECT_EQ(stats.at("all_gather").at(16).count, 1);
+}
+
 // op → message bytes → count, from rank 0's summary.
 std::map<std::string, std::map<std::string, int>> summary_counts(const std::string& log) {
   std::map<std::string, std::map<std::string, int>> counts;

@@ -11,7 +11,7 @@
 #      `ip netns` (skipped with the reason otherwise). Prints the step-time ratio.
 # The compressed runs' losses are not compared here: tests/zero/zero_equivalence_test.cpp (ZeroPlusPlus.*) holds them
 # to plain ZeRO-3's.
-# Expected time on a 2-core machine with the defaults: ~5 min (4 min 10 s at 96c1a0d).
+# Expected time on a 2-core machine with the defaults: ~5 min (about 4 at 96c1a0d).
 # Usage: [MODEL=small] [ROUNDS=3] [RATE=1gbit] [LINK_ONLY=1] bench/compressed_comm/run.sh [build-dir] [steps]
 #   LINK_ONLY=1 runs part 2 alone (another RATE, say).
 set -euo pipefail

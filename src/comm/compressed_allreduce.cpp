@@ -5,12 +5,16 @@
 #include <stdexcept>
 #include <string>
 
+#include "comm_errors.h"
+
 namespace dscpp {
 namespace {
 
-// Bit weights of one packed byte, the first element in the highest bit.
+// Bit weights of one packed byte, the first element in the highest bit: 128, 64, …, 1, made on `device` itself (a
+// host tensor copied over would be a synchronizing copy per pack on a GPU).
 torch::Tensor bit_weights(const torch::Device& device) {
-  return torch::tensor({128, 64, 32, 16, 8, 4, 2, 1}, torch::TensorOptions().dtype(torch::kUInt8)).to(device);
+  const auto shifts = torch::arange(7, -1, -1, torch::TensorOptions().dtype(torch::kInt32).device(device));
+  return torch::ones_like(shifts).bitwise_left_shift(shifts).to(torch::kUInt8);
 }
 
 // √(mean of squares): the scale that keeps a sign vector's norm equal to the values'.
@@ -50,8 +54,9 @@ void compressed_all_reduce(Comm& comm, torch::Tensor& buffer, CompressionErrors&
   const int64_t padded = compressed_padded_numel(numel, world);
   const int64_t chunk = padded / world;
   if (buffer.scalar_type() != torch::kFloat32 || !buffer.is_contiguous()) {
-    throw std::invalid_argument("compressed_all_reduce: the buffer must be a contiguous fp32 tensor, got " +
-                                std::string(c10::toString(buffer.scalar_type())));
+    throw std::invalid_argument("compressed_all_reduce: the buffer must be a contiguous float32 tensor, got " +
+                                std::string(buffer.is_contiguous() ? "" : "a non-contiguous ") +
+                                dtype_name(buffer.scalar_type()));
   }
   if (errors.worker.numel() != padded || errors.server.numel() != chunk) {
     throw std::invalid_argument("compressed_all_reduce: errors of " + std::to_string(errors.worker.numel()) + " / " +
@@ -61,19 +66,21 @@ void compressed_all_reduce(Comm& comm, torch::Tensor& buffer, CompressionErrors&
                                 " (CompressionErrors::zeros)");
   }
   torch::NoGradGuard no_grad;
-  // The worker: this rank's whole buffer, compensated and compressed.
-  auto m = torch::zeros({padded}, buffer.options());
-  m.narrow(0, 0, numel).copy_(buffer.reshape(-1));
-  m.add_(errors.worker);
+  // The worker: this rank's whole buffer, compensated and compressed, in the error buffer itself (its padding stays
+  // the padding's own error), which then keeps what the compression lost.
+  auto& m = errors.worker;
+  m.narrow(0, 0, numel).add_(buffer.reshape(-1));
   const auto worker_scale = rms_scale(m);
   const auto signs = pack_signs(m);  // chunk r's bytes go to rank r
-  errors.worker.copy_(m.sub_(unpack_signs(signs).mul_(worker_scale)));
+  m.sub_(unpack_signs(signs).mul_(worker_scale));
 
   // Phase 1: each rank receives every rank's signs of the chunk it owns, and every rank's scale.
   auto received = torch::empty_like(signs);
-  comm.all_to_all(received, signs).wait();
   auto worker_scales = torch::empty({world}, worker_scale.options());
-  comm.all_gather(worker_scales, worker_scale).wait();
+  Handle to_owners = comm.all_to_all(received, signs);
+  Handle scales_out = comm.all_gather(worker_scales, worker_scale);
+  to_owners.wait();
+  scales_out.wait();
 
   // The server: the average of the chunk over the ranks, compensated and compressed again.
   auto average = unpack_signs(received).reshape({world, chunk}).mul_(worker_scales.div(world).reshape({world, 1}));
@@ -84,9 +91,11 @@ void compressed_all_reduce(Comm& comm, torch::Tensor& buffer, CompressionErrors&
 
   // Phase 2: every chunk's signs and scale to every rank.
   auto all_signs = torch::empty({padded / 8}, signs.options());
-  comm.all_gather(all_signs, server_signs).wait();
   auto server_scales = torch::empty({world}, server_scale.options());
-  comm.all_gather(server_scales, server_scale).wait();
+  Handle signs_back = comm.all_gather(all_signs, server_signs);
+  Handle scales_back = comm.all_gather(server_scales, server_scale);
+  signs_back.wait();
+  scales_back.wait();
   const auto result = unpack_signs(all_signs).reshape({world, chunk}).mul_(server_scales.reshape({world, 1}));
   buffer.copy_(result.reshape(-1).narrow(0, 0, numel).view(buffer.sizes()));
 }

@@ -158,12 +158,11 @@ std::unique_ptr<LossScaler> make_loss_scaler(const Config& config, std::function
   return make_dynamic_scaler(options, std::move(log));
 }
 
-// offload_param (stage 3): the 16-bit partition in host memory ("cpu") or in rank `rank`'s swap file under the
-// section's nvme_path ("nvme").
-OffloadPolicy param_offload(const Config& config, int rank) {
+// offload_param nvme (stage 3): the 16-bit partition in rank `rank`'s swap file under the section's nvme_path (empty
+// for any other device).
+StateStoreFactory param_store(const Config& config, int rank) {
   const auto& param = config.zero.offload_param;
-  OffloadPolicy policy{param.device, param.pin_memory, nullptr};
-  if (param.device != OffloadDevice::kNvme) return policy;
+  if (param.device != OffloadDevice::kNvme) return nullptr;
   NvmeStoreOptions o;
   o.nvme_path = param.nvme_path;
   o.config_key = "zero_optimization.offload_param.nvme_path";
@@ -173,7 +172,7 @@ OffloadPolicy param_offload(const Config& config, int rank) {
   o.pin_memory = param.pin_memory;
   o.aio = config.aio;
   o.read_ahead = false;  // ZeRO-3 says which shards come next (StateStore::prefetch)
-  policy.store = [o](const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial) mutable {
+  return [o](const std::vector<int64_t>& shard_sizes, const torch::Tensor& initial) mutable {
     o.sub_group_sizes = shard_sizes;
     o.dtype = initial.scalar_type();
     std::vector<int64_t> begins{0};
@@ -183,7 +182,6 @@ OffloadPolicy param_offload(const Config& config, int rank) {
     };
     return make_nvme_store(o);
   };
-  return policy;
 }
 
 // The stage's view of the config: its group, buckets, offload and DeepSpeed's gradient averaging (with
@@ -209,8 +207,9 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   }
   context.quantized_gradients = config.zero.quantized_gradients;
   // The optimizer's store is OptimizerOffload's (make_optimizer_store), made once the stage has its master.
-  context.optimizer_offload = {config.zero.offload_optimizer.device, config.zero.offload_optimizer.pin_memory, nullptr};
-  context.param_offload = param_offload(config, rank);
+  context.optimizer_offload = {config.zero.offload_optimizer.device, config.zero.offload_optimizer.pin_memory};
+  context.param_offload = {config.zero.offload_param.device, config.zero.offload_param.pin_memory};
+  context.param_store = param_store(config, rank);
   if (config.prescale_gradients) {
     context.grad_pre_divide = world;
     context.grad_post_scale = 1.0;

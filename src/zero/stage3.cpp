@@ -92,7 +92,7 @@ class Stage3 final : public ZeroStage {
     model.prepartitioned.clear();
     trim_heap();
     master_ = std::make_unique<ShardedMaster>(ctx_, *layout_, partition_);
-    if (ctx_.param_offload.store) move_partition_to_store();
+    if (ctx_.param_store) move_partition_to_store();
     std::vector<std::string> group_names;
     for (size_t g = 0; g < groups_.size(); ++g) group_names.push_back(group_name(static_cast<int64_t>(g)));
     check_ = std::make_unique<OrderCheck>(ctx_.comm, std::move(group_names));
@@ -274,7 +274,7 @@ class Stage3 final : public ZeroStage {
   void move_partition_to_store() {
     std::vector<int64_t> sizes;
     for (const auto& g : layout_->groups()) sizes.push_back(g.shard_numel);
-    param_store_ = ctx_.param_offload.store(sizes, partition_);
+    param_store_ = ctx_.param_store(sizes, partition_);
     for (size_t g = 0; g < groups_.size(); ++g) groups_[g].keep_shard_in(param_store_.get(), static_cast<int>(g));
     partition_ = torch::Tensor();
   }

@@ -18,7 +18,7 @@
 namespace dscpp::testing {
 namespace {
 
-constexpr int64_t kNumel = 1000;  // a multiple of 8 × world for no world here: the padding is exercised
+constexpr int64_t kNumel = 1000;  // not a multiple of 8 × world at 2, 3 or 4 ranks: their padding is exercised
 constexpr int kCalls = 4;
 
 torch::Tensor input(int call, int rank) {
@@ -118,7 +118,7 @@ TEST(CompressedAllReduce, OneRankKeepsTheSignTimesTheScaleAndTheRestAsError) {
   compressed_all_reduce(*comm, buffer, errors);
   Reference reference(1);
   EXPECT_LE(max_diff(buffer, reference.call({original})), 1e-6);
-  // What was sent plus what was kept is what came in (the padding holds zeros).
+  // What was sent plus what was kept is what came in (one rank: no padding; the server chunk is the whole buffer).
   EXPECT_LE(max_diff(buffer + errors.worker.narrow(0, 0, kNumel) + errors.server.narrow(0, 0, kNumel), original),
             1e-5);
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "count_arg.h"
+#include "dscpp/comm/block_quantizer.h"
 #include "dscpp/comm/topology.h"
 #include "dscpp/config/config.h"
 #include "dscpp/pipe/partition.h"
@@ -100,8 +101,8 @@ void print_zeropp(const Config& config, int64_t num_params, int world_size, std:
   if (z.stage != 3 || (!z.quantized_weights && z.hpz_partition_size == 1 && !z.quantized_gradients)) return;
   const double elem = config.compute_dtype() == DType::kFloat32 ? 4 : 2;
   const double received = static_cast<double>(num_params) * (world_size - 1) / world_size;
-  // int8 plus one fp32 scale per block of up to 4,096 elements (comm/quantized_all_gather.h).
-  const double wire = z.quantized_weights ? 1 + 4.0 / 4096 : elem;
+  // int8 plus one fp32 scale per block (comm/block_quantizer.h).
+  const double wire = z.quantized_weights ? 1 + 4.0 / kWeightQuantBlock : elem;
   const int64_t hpz = z.hpz_partition_size;
   const double over_data = received * wire * (hpz > 1 ? 1 : 2);
   out << "\nZeRO++ (per rank and micro-step, each block gathered for its forward and again for its backward):\n"
@@ -113,8 +114,8 @@ void print_zeropp(const Config& config, int64_t num_params, int world_size, std:
         << format_bytes(static_cast<double>(num_params) / hpz * elem) << " more memory per rank\n";
   }
   if (z.quantized_gradients) {
-    // Half a byte per element plus a 4-byte scale per 1,024 (comm/quantized_reduce_scatter.h).
-    const double nibble = 0.5 + 4.0 / 1024;
+    // Half a byte per element plus a 4-byte scale per block (comm/quantized_reduce_scatter.h).
+    const double nibble = 0.5 + 4.0 / kGradientQuantBlock;
     const double plain = received * elem;
     out << "  qgZ: gradient reduce-scatter as 4-bit all-to-alls: ";
     if (hpz > 1 && hpz < world_size) {
@@ -238,14 +239,15 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   // Without a model, "auto" bucket sizes are filled from gpt-train's default model, as a gpt-train run would.
   if (!args.hidden_size) args.hidden_size = preset_model(gpt::GptConfig::kDefaultPreset).n_embd;
   ConfigOptions options = make_options(args, err);
-  std::ifstream file(args.config_path);
-  const auto raw = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);  // the parse reports bad JSON
+  // Read once: the sizes ahead of the parse come from the same text the parse reads (as gpt-train's read_config).
+  const std::string text = Config::read_file(args.config_path);
+  const auto raw = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);  // the parse reports bad JSON
   // The grid gpt-train forms from the same world: refused, with its words, where the layout does not divide it.
   const ParallelSizes layout = read_parallel_sizes(raw, options.overrides);
   const ProcessTopology grid(args.world_size, layout.pipeline, layout.tensor);
   const int dp = grid.data();
   options.world_size = dp;
-  const Config config = Config::from_file(args.config_path, options);
+  const Config config = Config::from_string(text, options, args.config_path);  // errors name the file
   const int tp = config.tensor_parallel_size, pp = config.pipeline.stages;
   out << config.resolved.dump(2) << "\n";
   const auto unchecked = machine_dependent_checks(config);

@@ -1,7 +1,7 @@
 // Quantized reduce-scatter: ZeRO++'s qgZ (DeepSpeed's zero_quantized_gradients). Instead of a reduce-scatter of
 // 16-bit gradients, each rank quantizes every other rank's chunk of its gradient buffer to 4-bit blocks
-// (block_quantizer.h) and sends it with an all-to-all; the chunk's owner dequantizes what every rank sent and sums
-// in fp32. A rank sends ½ byte per element (plus a scale per block) where a bf16 reduce-scatter sends 2: about a
+// (block_quantizer.h, kGradientQuantBlock) and sends it with an all-to-all; the chunk's owner dequantizes what every
+// rank sent and sums in fp32. A rank sends ½ byte per element (plus a scale per block) where a bf16 reduce-scatter sends 2: about a
 // quarter of the gradient traffic.
 //
 // With `local` (the hpZ group: consecutive ranks, typically one node) the reduction is hierarchical, as DeepSpeed's
@@ -15,13 +15,10 @@
 
 #include <cstdint>
 
+#include "dscpp/comm/block_quantizer.h"  // kGradientQuantBlock
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {
-
-// Elements per block of the gradients' 4-bit quantization: a scale (4 bytes) per 1,024 elements (512 bytes) adds
-// under 1% to the bytes, and keeps one large gradient from flattening more than a thousand others.
-constexpr int64_t kGradientQuantBlock = 1024;
 
 // `input` (world_size equal chunks, any floating dtype, contiguous): `output` (input.numel() / world_size, any floating
 // dtype) receives the sum over `comm`'s ranks of their chunk `comm.rank()`, through 4-bit blocks. `local` and

@@ -130,19 +130,20 @@ class ZeroStage {
   virtual StageTimers timers() const { return {}; }
 };
 
-// What every stage is built from.
 // Where a partition lives when the config offloads it (zero_optimization.offload_optimizer, offload_param): a value
 // chosen once when the engine is assembled, which the stages only read.
 struct OffloadPolicy {
   OffloadDevice device = OffloadDevice::kNone;  // kCpu: host memory; kNvme: a swap file behind host buffers
   bool pin_memory = false;                      // page-locked host memory, where a GPU exists
-  // NVMe: makes the store the partition lives in, from its sub-groups' sizes and its initial values.
-  std::function<std::unique_ptr<StateStore>(const std::vector<int64_t>& sub_group_sizes, const torch::Tensor& initial)>
-      store;
 
   bool offloaded() const { return device != OffloadDevice::kNone; }
 };
 
+// Makes the NVMe store a partition lives in, from its sub-groups' sizes and its initial values.
+using StateStoreFactory =
+    std::function<std::unique_ptr<StateStore>(const std::vector<int64_t>& sub_group_sizes, const torch::Tensor& initial)>;
+
+// What every stage is built from.
 struct StageContext {
   std::shared_ptr<Comm> comm;
   // Mixture of Experts with expert parallelism: the expert-data-parallel group, over which the layout's expert
@@ -167,7 +168,7 @@ struct StageContext {
   // offload_optimizer: the fp32 master partition and the rank's gradient partition (fp32) live in host memory; each
   // bucket's reduced gradient is moved there as it arrives. On NVMe the master goes to the optimizer's store (the
   // engine's OptimizerOffload): no fp32 copy of the partition is made, and until the store has taken its initial
-  // values (release_master) master_params() is the compute-dtype partition itself. (`store` is not used here.)
+  // values (release_master) master_params() is the compute-dtype partition itself.
   OffloadPolicy optimizer_offload;
   // ZeRO++ qwZ, "zero_quantized_weights" (stage 3): the blocks' all-gathers, forward and backward, send int8 blocks
   // (GatherWire::kInt8). The persistent group, re-gathered once per step, and whole-parameter reads (a model save)
@@ -183,8 +184,9 @@ struct StageContext {
   // blocks (comm/quantized_reduce_scatter.h), in two levels over hpz_comm and hpz_across where hpZ is on.
   bool quantized_gradients = false;
   // offload_param (stage 3): the 16-bit partition lives in host memory, copied to the device for each gather; on
-  // NVMe in the store `param_offload.store` makes, read for each gather, and the partition in memory is released.
+  // NVMe in the store `param_store` makes, read for each gather, and the partition in memory is released.
   OffloadPolicy param_offload;
+  StateStoreFactory param_store;  // offload_param nvme only; empty otherwise
 };
 
 // Collectives a stage keeps running at once: each holds a bucket.

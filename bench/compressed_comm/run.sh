@@ -9,9 +9,11 @@
 #      tc's token bucket on both ends), 2 ranks on each, one `dscpp launch --no_ssh --node_rank K` per host, as two
 #      machines of 2 GPUs joined by Ethernet: ZeRO-3 vs qwZ + hpZ 2 + qgZ (hpZ's groups are the hosts). Needs root and
 #      `ip netns` (skipped with the reason otherwise). Prints the step-time ratio.
+#   3. 1-bit Adam against Adam at stage 0 (bf16 gradients all-reduced), compressing from step 3 (freeze_step 2), on
+#      loopback with 2 processes and over the throttled link with 2 x 2: the bytes per step and the step-time ratio.
 # The compressed runs' losses are not compared here: tests/zero/zero_equivalence_test.cpp (ZeroPlusPlus.*) holds them
-# to plain ZeRO-3's.
-# Expected time on a 2-core machine with the defaults: ~5 min (about 4 at 96c1a0d).
+# to plain ZeRO-3's, tests/onebit/onebit_adam_test.cpp 1-bit Adam's to Adam's.
+# Expected time on a 2-core machine with the defaults: ~8 min.
 # Usage: [MODEL=small] [ROUNDS=3] [RATE=1gbit] [LINK_ONLY=1] bench/compressed_comm/run.sh [build-dir] [steps]
 #   LINK_ONLY=1 runs part 2 alone (another RATE, say).
 set -euo pipefail
@@ -31,6 +33,15 @@ config ', "zero_quantized_weights": true, "zero_quantized_gradients": true' >"$O
 config ', "zero_quantized_weights": true, "zero_hpz_partition_size": 2, "zero_quantized_gradients": true' \
   >"$OUT/zeropp.json"
 
+onebit_config() {  # OPTIMIZER EXTRA_PARAMS: stage 0, bf16, the comms logger on
+  echo "{\"train_micro_batch_size_per_gpu\": 8, \"gradient_accumulation_steps\": 1, \"steps_per_print\": 1000,
+ \"bf16\": {\"enabled\": true}, \"comms_logger\": {\"enabled\": true},
+ \"zero_optimization\": {\"stage\": 0, \"reduce_bucket_size\": 5e5},
+ \"optimizer\": {\"type\": \"$1\", \"params\": {\"lr\": 1e-3, \"weight_decay\": 0.1 $2}}}"
+}
+onebit_config Adam "" >"$OUT/adam0.json"
+onebit_config OneBitAdam ', "freeze_step": 2' >"$OUT/onebit.json"
+
 gpt_train=("$GPT_TRAIN" --no_progress --peak_tflops 1 --model "$MODEL" --seq_len 128)
 launch() {  # PROCESSES PORT
   echo env OMP_NUM_THREADS=1 "$DSCPP" launch --num_gpus "$1" --master_port "$2"
@@ -43,6 +54,8 @@ zero3_2=("${l2a[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/zero3.json")
 zeropp_2=("${l2b[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/qwz_qgz.json")
 zero3_4=("${l4a[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/zero3.json")
 zeropp_4=("${l4b[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/zeropp.json")
+adam_2=("${l2a[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/adam0.json")
+onebit_2=("${l2b[@]}" "${gpt_train[@]}" --deepspeed_config "$OUT/onebit.json")
 
 # Bytes rank 0's comms logger counted per op in one run's log (message size x count, summed over sizes), per step.
 bytes_per_step() {  # LOG
@@ -71,6 +84,10 @@ if [ -z "${LINK_ONLY:-}" ]; then
   interleave zero3_4 zeropp_4
   compare_bytes zero3_4 zeropp_4
   ratio zeropp_4 zero3_4 "(step time; loopback: no bandwidth to save)"
+  echo "loopback, 2 processes: Adam vs 1-bit Adam at stage 0 (compressing from step 3 of $STEPS)"
+  interleave adam_2 onebit_2
+  compare_bytes adam_2 onebit_2
+  ratio onebit_2 adam_2 "(step time; loopback: no bandwidth to save)"
 fi
 
 # 2. Two hosts joined by a throttled link.
@@ -123,3 +140,9 @@ echo "two hosts x 2 processes joined by a $RATE link: ZeRO-3 vs qwZ + hpZ 2 + qg
 interleave zero3_link zeropp_link
 compare_bytes zero3_link zeropp_link
 ratio zeropp_link zero3_link "(step time over a $RATE link)"
+adam_link=("$OUT/two_hosts.sh" "$OUT/adam0.json" 29667)
+onebit_link=("$OUT/two_hosts.sh" "$OUT/onebit.json" 29668)
+echo "two hosts x 2 processes joined by a $RATE link: Adam vs 1-bit Adam at stage 0 (compressing from step 3)"
+interleave adam_link onebit_link
+compare_bytes adam_link onebit_link
+ratio onebit_link adam_link "(step time over a $RATE link)"

@@ -35,6 +35,7 @@ def optimizer_section(optimizer):
     from .ops.adagrad import DeepSpeedCPUAdagrad
     from .ops.adam import DeepSpeedCPUAdam
     from .ops.lion import DeepSpeedCPULion
+    from .runtime.fp16.onebit import OnebitAdam, ZeroOneAdam
 
     name = type(optimizer).__name__
     groups = optimizer.param_groups
@@ -51,6 +52,8 @@ def optimizer_section(optimizer):
                              "setting of the others for all parameters")
     group = groups[0]
     _check_flags(name, group)
+    if isinstance(optimizer, (OnebitAdam, ZeroOneAdam)):
+        return optimizer.config_section()
     if isinstance(optimizer, DeepSpeedCPUAdam):
         params = _hyperparameters(group, ("lr", "betas", "eps", "weight_decay", "amsgrad"))
         params.update(adam_w_mode=optimizer.adam_w_mode, bias_correction=group["bias_correction"])
@@ -71,7 +74,8 @@ def optimizer_section(optimizer):
                                                    "eps"))}
     raise TypeError(f"dscpp.initialize: optimizer {type(optimizer).__module__}.{name} cannot be taken: the engine "
                     "runs its own optimizer and knows torch.optim.Adam, AdamW, SGD, Adagrad and DeepSpeed's "
-                    "DeepSpeedCPUAdam, DeepSpeedCPUAdagrad and DeepSpeedCPULion (dscpp.ops); pass one of those, or "
+                    "DeepSpeedCPUAdam, DeepSpeedCPUAdagrad and DeepSpeedCPULion (dscpp.ops) and OnebitAdam, "
+                    "ZeroOneAdam (dscpp.runtime.fp16.onebit); pass one of those, or "
                     "an \"optimizer\" section in the config")
 
 

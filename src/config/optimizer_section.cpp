@@ -95,6 +95,53 @@ LambOptions parse_lamb(JsonReader& p) {
   return o;
 }
 
+int64_t read_steps(JsonReader& p, const char* key, int64_t def, int64_t least) {
+  const double value = p.get_number(key, static_cast<double>(def));
+  p.require(value >= static_cast<double>(least) && value == static_cast<double>(static_cast<int64_t>(value)), key,
+            "a whole number >= " + std::to_string(least));
+  return static_cast<int64_t>(value);
+}
+
+// What DeepSpeed's 1-bit Adams read beside their own keys: Adam's settings, the comm backend, and three parameters
+// they take and ignore (bias_correction, eps_inside_sqrt, max_grad_norm), refused when a value asks for an effect.
+template <typename Options>
+Options parse_onebit_common(JsonReader& p, const char* name) {
+  Options o;
+  o.lr = read_lr(p, o.lr);
+  o.betas = p.get_pair("betas", o.betas);
+  check_betas(p, o.betas);
+  o.eps = read_eps(p, o.eps);
+  o.weight_decay = read_weight_decay(p);
+  o.comm_backend_name = p.get_choice("comm_backend_name", "nccl", {"nccl", "compressed", "mpi", "hccl"});
+  p.require(o.comm_backend_name == "nccl" || o.comm_backend_name == "compressed", "comm_backend_name",
+            "\"nccl\" or \"compressed\" (both run over the engine's c10d comm: NCCL on GPUs, Gloo on CPUs; "
+            "deepspeed.cpp has no MPI or HCCL transport)");
+  o.cuda_aware = p.get_bool("cuda_aware", false);
+  p.require(!p.get_bool("amsgrad", false), "amsgrad", std::string("false (") + name + " has no AMSGrad variant)");
+  p.require(!p.get_bool("bias_correction", false), "bias_correction",
+            std::string("false (DeepSpeed's ") + name + " applies no bias correction whatever this says)");
+  p.require(!p.get_bool("eps_inside_sqrt", false), "eps_inside_sqrt",
+            std::string("false (DeepSpeed's ") + name + " ignores it: eps is always added to the square root)");
+  p.require(p.get_number("max_grad_norm", 0.0) == 0.0, "max_grad_norm",
+            std::string("0 (DeepSpeed's ") + name + " ignores it; clip with the top-level gradient_clipping)");
+  return o;
+}
+
+OneBitAdamOptions parse_onebit_adam(JsonReader& p) {
+  auto o = parse_onebit_common<OneBitAdamOptions>(p, "OnebitAdam");
+  o.freeze_step = read_steps(p, "freeze_step", o.freeze_step, 0);
+  return o;
+}
+
+ZeroOneAdamOptions parse_zero_one_adam(JsonReader& p) {
+  auto o = parse_onebit_common<ZeroOneAdamOptions>(p, "ZeroOneAdam");
+  o.var_freeze_step = read_steps(p, "var_freeze_step", o.var_freeze_step, 0);
+  o.var_update_scaler = read_steps(p, "var_update_scaler", o.var_update_scaler, 1);
+  o.local_step_scaler = read_steps(p, "local_step_scaler", o.local_step_scaler, 1);
+  o.local_step_clipper = read_steps(p, "local_step_clipper", o.local_step_clipper, 1);
+  return o;
+}
+
 }  // namespace
 
 std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
@@ -103,9 +150,10 @@ std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
     return std::nullopt;
   }
   JsonReader section = root.section("optimizer");
-  section.require(section.has("type"), "type", "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb");
+  section.require(section.has("type"), "type", "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb|OneBitAdam|ZeroOneAdam");
   OptimizerConfig config;
-  config.type = section.get_choice("type", "", {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb"});
+  config.type = section.get_choice("type", "",
+                                   {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam"});
   JsonReader params = section.section("params");
   if (config.type == "Adam" || config.type == "AdamW") {
     config.options = parse_adam(params, config.type == "AdamW");
@@ -115,8 +163,12 @@ std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
     config.options = parse_lion(params);
   } else if (config.type == "Adagrad") {
     config.options = parse_adagrad(params);
-  } else {
+  } else if (config.type == "Lamb") {
     config.options = parse_lamb(params);
+  } else if (config.type == "OneBitAdam") {
+    config.options = parse_onebit_adam(params);
+  } else {
+    config.options = parse_zero_one_adam(params);
   }
   params.finish();
   section.accept({"legacy_fusion"});

@@ -35,6 +35,15 @@ void check_supported(const Config& config) {
   if (config.optimizer && std::holds_alternative<LambOptions>(config.optimizer->options)) {
     reject("optimizer.type", "\"Lamb\" (use Adam, AdamW, SGD, Lion or Adagrad)");
   }
+  if (config.optimizer && config.zero.stage != 0 &&
+      (std::holds_alternative<OneBitAdamOptions>(config.optimizer->options) ||
+       std::holds_alternative<ZeroOneAdamOptions>(config.optimizer->options))) {
+    // Their momentum is averaged whole on every rank, which a partitioned optimizer state would not have.
+    const bool zero_one = std::holds_alternative<ZeroOneAdamOptions>(config.optimizer->options);
+    throw ConfigError("optimizer.type: \"" + config.optimizer->type + "\" at zero_optimization.stage " +
+                      std::to_string(config.zero.stage) + ": " + (zero_one ? "0/1 Adam" : "1-bit Adam") +
+                      " is not compatible with ZeRO (DeepSpeed refuses it too); use stage 0");
+  }
   if (config.grad_accum_dtype && *config.grad_accum_dtype != gradient_accumulation_dtype(config)) {
     reject("data_types.grad_accum_dtype",
            "\"" + to_string(*config.grad_accum_dtype) + "\" at stage " + std::to_string(config.zero.stage) +

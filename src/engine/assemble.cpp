@@ -15,6 +15,7 @@
 #include "dscpp/engine/memory_report.h"
 #include "dscpp/moe/moe_layer.h"
 #include "dscpp/offload/nvme_store.h"
+#include "dscpp/onebit/onebit_optimizer.h"
 #include "dscpp/optim/cpu_adam.h"
 
 namespace dscpp {
@@ -430,7 +431,18 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   const auto kernels = offloaded || stage.master_params().device().is_cpu() ? OptimizerKernels::kCpuSimd
                                                                               : OptimizerKernels::kFused;
   const int64_t partition = offload.device == OffloadDevice::kNvme ? 0 : stage.master_params().numel();
-  parts.optimizer = make_flat_optimizer(*optimizer_config, partition, stage.master_params().options(), kernels);
+  if (is_onebit_optimizer(*optimizer_config)) {
+    // What they compress is one buffer averaged over the data group: every rank must hold the whole model.
+    if (layout.model_group() || layout.expert_parallel() > 1 || options.pipeline_group) {
+      throw ConfigError("optimizer.type: \"" + optimizer_config->type + "\" with tensor, pipeline or expert "
+                        "parallelism is not supported yet by deepspeed.cpp (it compresses over data-parallel ranks "
+                        "that hold the whole model)");
+    }
+    parts.optimizer =
+        make_onebit_optimizer(*optimizer_config, partition, stage.master_params().options(), layout.data_group());
+  } else {
+    parts.optimizer = make_flat_optimizer(*optimizer_config, partition, stage.master_params().options(), kernels);
+  }
   if (!options.param_groups.empty()) set_param_groups(options.param_groups, config, stage, *parts.optimizer, rank, log);
   parts.optimizer_step =
       offloaded ? make_offloaded_step(std::make_unique<OptimizerOffload>(

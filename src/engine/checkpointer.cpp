@@ -109,6 +109,11 @@ std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(const std::v
     for (const auto& kind : kinds) out.push_back({shard_tensor_name(kind, name), kind, f});
     if (s_.dtype != torch::kFloat32) out.push_back({shard_tensor_name(kParam16Kind, name), kParam16Kind, f});
   }
+  const auto rank_state = s_.optimizer.rank_state();
+  for (size_t i = 0; i < rank_state.size(); ++i) {
+    out.push_back({shard_tensor_name(kOptimizerRankKind, rank_state[i].first), kOptimizerRankKind, {},
+                   static_cast<int>(i)});
+  }
   out.push_back({kRngTensor, kRngTensor, {}});
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
   if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
@@ -176,10 +181,12 @@ void Checkpointer::write_shard(const std::string& staging, const std::string& ta
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
   const auto kinds = s_.optimizer.state_kinds();
+  const auto rank_state = s_.optimizer.rank_state();
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng.cpu();
     if (t.kind == kRngCudaTensor) return rng.cuda();
-    if (t.kind == kModuleKind) return s_.module_state[t.module].tensor.detach().cpu();
+    if (t.kind == kModuleKind) return s_.module_state[t.index].tensor.detach().cpu();
+    if (t.kind == kOptimizerRankKind) return rank_state.at(t.index).second.cpu();
     const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
@@ -316,6 +323,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
   std::vector<torch::Tensor> module_values;  // per module_state entry: its saved value, or undefined (kept)
+  std::vector<torch::Tensor> rank_state;     // per optimizer rank_state() entry: its saved value, or undefined (zeros)
   std::set<std::string> saved;  // the parameters the checkpoint has (all of this model's, when strict)
   for (const auto& p : m.params) saved.insert(p.name);
   int64_t kept_params = 0;
@@ -332,6 +340,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
         writes.push_back({static_cast<int>(k), master_offset(want), values});
       }
     }
+    if (optimizer_states) rank_state = read_rank_state(*checkpoint);
     if (world_rank() < m.world_size && !options.load_module_only) {
       rng_state = checkpoint->read(world_rank(), kRngTensor);
       if (s_.device.is_cuda() && m.files[world_rank()].tensor_crc32.count(kRngCudaTensor)) {
@@ -348,6 +357,16 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
     for (size_t i = 0; i < module_values.size(); ++i) {
       if (module_values[i].defined()) s_.module_state[i].tensor.copy_(module_values[i]);
     }
+    if (optimizer_states) {
+      auto ours = s_.optimizer.rank_state();
+      for (size_t i = 0; i < ours.size(); ++i) {
+        if (rank_state[i].defined()) {
+          ours[i].second.copy_(rank_state[i]);
+        } else {
+          ours[i].second.zero_();
+        }
+      }
+    }
   }
   if (optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
   if (!options.load_module_only) restore_progress(m, rng_state, cuda_rng_state, options.load_lr_scheduler_states);
@@ -362,6 +381,33 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
          ")" +
          (kept_params ? "; " + std::to_string(kept_params) + " parameters it does not have keep their values" : ""));
   return loaded;
+}
+
+// This rank's saved value of each of the optimizer's rank_state() entries, or undefined ones (the state starts at
+// zero) when the checkpoint was written at another world size or lacks them; logged, as the run is then not exact.
+std::vector<torch::Tensor> Checkpointer::read_rank_state(CheckpointReader& checkpoint) const {
+  const auto ours = s_.optimizer.rank_state();
+  std::vector<torch::Tensor> out(ours.size());
+  if (ours.empty()) return out;
+  const Manifest& m = checkpoint.manifest();
+  const bool same_world = m.world_size == world_size();
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto name = shard_tensor_name(kOptimizerRankKind, ours[i].first);
+    if (!same_world || !m.files[world_rank()].tensor_crc32.count(name)) continue;
+    auto value = checkpoint.read(world_rank(), name);
+    if (value.sizes() != ours[i].second.sizes()) {
+      throw CheckpointError(checkpoint.tag_dir() + ": rank " + std::to_string(world_rank()) + "'s " + name +
+                            " is " + c10::str(value.sizes()) + ", this run's " + c10::str(ours[i].second.sizes()));
+    }
+    out[i] = std::move(value);
+  }
+  if (world_rank() == 0 && std::any_of(out.begin(), out.end(), [](const torch::Tensor& t) { return !t.defined(); })) {
+    s_.log("[deepspeed.cpp] the checkpoint has no " + s_.optimizer.name() + " " + ours[0].first + " for this run (" +
+           (same_world ? std::string("not saved") : "written by " + std::to_string(m.world_size) + " ranks, read by " +
+                                                        std::to_string(world_size())) +
+           "): it starts at zero, as every DeepSpeed resume starts it");
+  }
+  return out;
 }
 
 // Counters (and the schedule's position, unless it stays), the loss scaler and this rank's generators.

@@ -156,8 +156,13 @@ void Engine::update(StepReport& report) {
   report.step = progress_.global_steps;
 
   {  // The boundary's reduction is backward's (DeepSpeed's backward_allreduce); the rest of this is the step.
+    // A 1-bit optimizer past its warm-up averages compressed momentum instead: no gradient all-reduce then.
     StepObserver::PhaseTimer reduce(*observer_, Phase::kBackwardAllreduce, Phase::kBackward);
-    stage_->reduce_gradients();
+    if (optimizer_->wants_local_gradients()) {
+      stage_->keep_local_gradients();
+    } else {
+      stage_->reduce_gradients();
+    }
   }
   StepObserver::PhaseTimer step_timer(*observer_, Phase::kStep);
   auto& grads = stage_->master_grads();
@@ -240,6 +245,7 @@ ModelStateMemory Engine::memory() const {
   ModelStateMemory m;
   m.stage = stage_->memory();
   for (auto& [name, tensor] : optimizer_->state_tensors()) m.optimizer_state += tensor.nbytes();
+  for (auto& [name, tensor] : optimizer_->rank_state()) m.optimizer_state += tensor.nbytes();
   return m;
 }
 

@@ -153,6 +153,10 @@ bool type_matches(const std::string& type) {
     return t == "lion";
   } else if constexpr (std::is_same_v<T, AdagradOptions>) {
     return t == "adagrad";
+  } else if constexpr (std::is_same_v<T, OneBitAdamOptions>) {
+    return t == "onebitadam";
+  } else if constexpr (std::is_same_v<T, ZeroOneAdamOptions>) {
+    return t == "zerooneadam";
   } else {
     static_assert(std::is_same_v<T, LambOptions>, "every optimizer alternative needs a type name");
     return t == "lamb";
@@ -190,6 +194,10 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
           return detail::make_flat_lion(o, numel, state_options);
         } else if constexpr (std::is_same_v<T, AdagradOptions>) {
           return detail::make_flat_adagrad(o, numel, state_options);
+        } else if constexpr (std::is_same_v<T, OneBitAdamOptions> || std::is_same_v<T, ZeroOneAdamOptions>) {
+          // They average over the data-parallel ranks: dscpp/onebit/ builds them with those.
+          throw std::invalid_argument("optimizer.type \"" + config.type + "\" needs the data-parallel comm: build "
+                                      "it with make_onebit_optimizer (dscpp/onebit/onebit_optimizer.h)");
         } else {
           throw std::logic_error("unreachable: Lamb is rejected above");
         }

@@ -22,6 +22,7 @@ class Stage0 final : public ZeroStage {
   void after_backward() override { flat_.check_grads_attached(); }
 
   void reduce_gradients() override {
+    local_ = false;
     auto& grads = flat_.grads();
     if (ctx_.grad_pre_divide != 1.0) grads.div_(ctx_.grad_pre_divide);
     if (ctx_.comm->world_size() > 1) {
@@ -49,6 +50,12 @@ class Stage0 final : public ZeroStage {
     if (ctx_.grad_post_scale != 1.0) master_grads_.mul_(ctx_.grad_post_scale);
   }
 
+  void keep_local_gradients() override {
+    local_ = true;
+    auto& grads = flat_.grads();
+    master_grads_ = grads.scalar_type() == torch::kFloat32 ? grads : grads.to(torch::kFloat32);
+  }
+
   const FlatLayout& layout() const override { return flat_.layout(); }
   bool master_is_whole() const override { return true; }
   // The config rejects offload_optimizer at stage 0: there is no partition to offload.
@@ -60,8 +67,10 @@ class Stage0 final : public ZeroStage {
   torch::Tensor& master_params() override { return master_; }
   torch::Tensor& master_grads() override { return master_grads_; }
 
-  // Every rank holds the whole (identical) gradient; each counts only its own shard of each group.
+  // Every rank holds the whole (identical) gradient; each counts only its own shard of each group. A rank's own
+  // gradient (keep_local_gradients) counts whole, over the world size.
   torch::Tensor local_grad_sq_norm() override {
+    if (local_) return squared_norm_fp64(master_grads_) / static_cast<double>(ctx_.comm->world_size());
     const auto& layout = flat_.layout();
     auto total = torch::zeros({}, master_grads_.options().dtype(torch::kFloat64));
     for (size_t g = 0; g < layout.groups().size(); ++g) {
@@ -98,6 +107,7 @@ class Stage0 final : public ZeroStage {
   FlatParams& flat_;
   torch::Tensor master_;        // (padded_numel) fp32
   torch::Tensor master_grads_;  // (padded_numel) fp32, from reduce_gradients() to zero_grads()
+  bool local_ = false;          // master_grads_ is this rank's own gradient (keep_local_gradients)
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../common/multiprocess.h"
+#include "compressed_reference.h"
 #include "logged_world.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/comms_logger.h"
@@ -26,48 +27,6 @@ torch::Tensor input(int call, int rank) {
   return torch::randn({kNumel});
 }
 
-torch::Tensor plus_minus(const torch::Tensor& t) { return torch::where(t.ge(0), 1.0, -1.0).to(torch::kFloat32); }
-
-torch::Tensor rms(const torch::Tensor& t) { return t.norm() / std::sqrt(static_cast<double>(t.numel())); }
-
-// Every rank's state in one process: the algorithm of compressed_allreduce.h on plain ±1 tensors.
-struct Reference {
-  std::vector<torch::Tensor> worker, server;  // per rank
-
-  explicit Reference(int world) {
-    const int64_t padded = compressed_padded_numel(kNumel, world);
-    for (int r = 0; r < world; ++r) {
-      worker.push_back(torch::zeros({padded}));
-      server.push_back(torch::zeros({padded / world}));
-    }
-  }
-
-  // The result every rank gets for these inputs (one per rank).
-  torch::Tensor call(const std::vector<torch::Tensor>& inputs) {
-    const int world = static_cast<int>(inputs.size());
-    const int64_t padded = compressed_padded_numel(kNumel, world), chunk = padded / world;
-    std::vector<torch::Tensor> signs, scales;
-    for (int r = 0; r < world; ++r) {
-      auto m = torch::zeros({padded});
-      m.narrow(0, 0, kNumel).copy_(inputs[r]);
-      m += worker[r];
-      scales.push_back(rms(m));
-      signs.push_back(plus_minus(m));
-      worker[r] = m - scales[r] * signs[r];
-    }
-    auto result = torch::zeros({padded});
-    for (int k = 0; k < world; ++k) {  // rank k owns chunk k
-      std::vector<torch::Tensor> parts;
-      for (int r = 0; r < world; ++r) parts.push_back(signs[r].narrow(0, k * chunk, chunk) * (scales[r] / world));
-      auto c = torch::stack(parts).sum(0) + server[k];
-      const auto scale = rms(c);
-      server[k] = c - scale * plus_minus(c);
-      result.narrow(0, k * chunk, chunk).copy_(scale * plus_minus(c));
-    }
-    return result.narrow(0, 0, kNumel);
-  }
-};
-
 double max_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
 
 int worker(const std::string& /*scenario*/) {
@@ -75,7 +34,7 @@ int worker(const std::string& /*scenario*/) {
   const int rank = job.rank, world = job.size;
   const auto& comm = job.comm;
 
-  Reference reference(world);
+  CompressedReference reference(kNumel, world);
   auto errors = CompressionErrors::zeros(kNumel, world, torch::TensorOptions());
   for (int call = 0; call < kCalls; ++call) {
     std::vector<torch::Tensor> inputs;
@@ -116,7 +75,7 @@ TEST(CompressedAllReduce, OneRankKeepsTheSignTimesTheScaleAndTheRestAsError) {
   const auto original = buffer.clone();
   auto errors = CompressionErrors::zeros(kNumel, 1, torch::TensorOptions());
   compressed_all_reduce(*comm, buffer, errors);
-  Reference reference(1);
+  CompressedReference reference(kNumel, 1);
   EXPECT_LE(max_diff(buffer, reference.call({original})), 1e-6);
   // What was sent plus what was kept is what came in (one rank: no padding; the server chunk is the whole buffer).
   EXPECT_LE(max_diff(buffer + errors.worker.narrow(0, 0, kNumel) + errors.server.narrow(0, 0, kNumel), original),

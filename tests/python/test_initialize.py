@@ -538,6 +538,54 @@ def test_deepspeed_cpu_adagrad_and_lion_step_as_the_engines_own(kind):
     assert not any(torch.equal(a, b) for a, b in zip(plain.parameters(), initial.parameters()))  # all of it trained
 
 
+def test_onebit_adam_by_its_deepspeed_name_is_the_engines_one_bit_adam():
+    # deepspeed.runtime.fp16.onebit.adam.OnebitAdam, passed as the client optimizer: the engine runs its 1-bit Adam
+    # with the same settings. Its first step is DeepSpeed's set-up step (nothing moves); the next one trains.
+    from dscpp.runtime.fp16.onebit import OnebitAdam
+
+    model = make_model("gpt")
+    c = config(gradient_clipping=0)
+    del c["optimizer"]
+    optimizer = OnebitAdam(model.parameters(), lr=2e-3, freeze_step=5, weight_decay=0.01, bias_correction=False)
+    engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
+    section = engine.config["optimizer"]
+    assert section["type"] == "OneBitAdam"
+    assert section["params"]["freeze_step"] == 5 and section["params"]["lr"] == pytest.approx(2e-3)
+    before = [p.detach().clone() for p in model.parameters()]
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    with pytest.raises(RuntimeError, match="runs inside the engine"):
+        optimizer.step()
+    with pytest.raises(ValueError, match="comm_backend_name 'mpi'"):
+        OnebitAdam(model.parameters(), comm_backend_name="mpi")
+    with pytest.raises(RuntimeError, match="AMSGrad"):
+        OnebitAdam(model.parameters(), amsgrad=True)
+
+
+def test_zero_one_adam_by_its_deepspeed_name_is_the_engines_zero_one_adam():
+    from dscpp.runtime.fp16.onebit import ZeroOneAdam
+
+    model = make_model("gpt")
+    c = config(gradient_clipping=0)
+    del c["optimizer"]
+    optimizer = ZeroOneAdam(model.parameters(), lr=2e-3, var_freeze_step=5, local_step_scaler=10, weight_decay=0.01)
+    engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
+    section = engine.config["optimizer"]
+    assert section["type"] == "ZeroOneAdam"
+    assert section["params"]["var_freeze_step"] == 5 and section["params"]["local_step_scaler"] == 10
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(2):  # the set-up step, then one that trains
+        engine.backward(engine(tokens()))
+        engine.step()
+    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    with pytest.raises(ValueError, match="deepspeed= is the engine's"):
+        ZeroOneAdam(model.parameters(), deepspeed=engine)
+
+
 def test_compile_compiles_the_modules_forward_at_zero_0_to_2():
     # Accelerate calls engine.compile(backend=..., compile_kwargs=...) when dynamo is on. The "eager" backend runs
     # the captured graph as is: the same losses as without compile, and the module's forward is the compiled one.

@@ -9,6 +9,7 @@
 #include <map>
 #include <sstream>
 
+#include "../common/comms_summary.h"
 #include "../common/multiprocess.h"
 #include "../common/test_device.h"
 #include "dscpp/checkpoint/safetensors.h"
@@ -324,22 +325,6 @@ TEST(ZeroLauncher, TwoNoSshNodesTrainLikeOneProcess) {
   }
 }
 
-
-// Bytes each op moved in rank 0's comms summary (message size × count, as the summary rounds them).
-std::map<std::string, double> comms_bytes(const std::string& log) {
-  std::map<std::string, double> out;
-  std::istringstream in(log.substr(std::min(log.size(), log.find("[comms] summary"))));
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    std::string op, unit;
-    double size = 0, count = 0;
-    if (!(fields >> op >> size >> unit >> count)) continue;
-    const std::vector<std::string> units = {"B", "KB", "MB", "GB"};
-    const auto at = std::find(units.begin(), units.end(), unit);
-    if (at != units.end()) out[op] += size * std::pow(1024.0, static_cast<double>(at - units.begin())) * count;
-  }
-  return out;
-}
 
 // Plain ZeRO-3 on 4 processes in bf16, 100 steps: the reference of the ZeRO++ tests (run once per `keep`), with the
 // bytes its data-parallel all-gathers moved. `keep` false releases each block after its forward (max reuse distance

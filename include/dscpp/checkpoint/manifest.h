@@ -36,6 +36,9 @@ constexpr const char* kParam16Kind = "param16"; // compute-dtype weights (16-bit
 constexpr const char* kRngTensor = "rng/cpu";   // the rank's CPU generator state
 constexpr const char* kRngCudaTensor = "rng/cuda";  // the rank's CUDA generator state (written by GPU runs only)
 constexpr const char* kModuleKind = "module";   // a buffer or frozen parameter, whole (rank 0's file only)
+// The optimizer's state of one rank at one world size (FlatOptimizer::rank_state, e.g. 1-bit Adam's error feedback),
+// by its name: "optimizer_rank/worker_error".
+constexpr const char* kOptimizerRankKind = "optimizer_rank";
 
 struct ParamEntry {
   std::string name;

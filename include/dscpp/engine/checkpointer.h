@@ -122,8 +122,9 @@ class Checkpointer {
   struct ShardTensor {
     std::string name;  // in the file
     std::string kind;
-    ShardFragment fragment;  // unused for kRngTensor and kModuleKind
-    int module = -1;         // kModuleKind: its index in CheckpointedState::module_state
+    ShardFragment fragment;  // unused for kRngTensor, kModuleKind and kOptimizerRankKind
+    // kModuleKind: its index in CheckpointedState::module_state; kOptimizerRankKind: in the optimizer's rank_state()
+    int index = -1;
   };
 
   int rank() const { return s_.comm.rank(); }  // in the data-parallel group: the ZeRO partition's
@@ -151,6 +152,8 @@ class Checkpointer {
   // After a load's weights: counters, loss scaler, this rank's generator (when the checkpoint has one for it).
   void restore_progress(const Manifest& m, const torch::Tensor& rng_state, const torch::Tensor& cuda_rng_state,
                         bool schedule_position);
+  // This rank's saved value of each of the optimizer's rank_state() entries (undefined: none for this world size).
+  std::vector<torch::Tensor> read_rank_state(CheckpointReader& checkpoint) const;
   // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state). With model

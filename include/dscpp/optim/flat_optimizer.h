@@ -47,8 +47,14 @@ class FlatOptimizer {
   virtual ~FlatOptimizer() = default;
 
   // One update of the whole partition with the optimizer's own state: begin_step() then update() over it.
-  // `param` and `grad` are 1-D fp32 tensors of the size given at construction, on the same device.
-  void step(torch::Tensor& param, const torch::Tensor& grad, double lr);
+  // `param` and `grad` are 1-D fp32 tensors of the size given at construction, on the same device. An optimizer
+  // that communicates over the whole partition in its step (the 1-bit optimizers' compressed momentum) overrides it.
+  virtual void step(torch::Tensor& param, const torch::Tensor& grad, double lr);
+
+  // The gradient the next step wants, asked by the engine at each boundary before the gradients are reduced:
+  // false, the average over the data-parallel ranks (every optimizer, and the 1-bit ones while warming up); true,
+  // this rank's own, unreduced: the 1-bit optimizers once compression starts, which average their momentum instead.
+  virtual bool wants_local_gradients() const { return false; }
 
   // One update in pieces, for state that is not resident all at once (offload steps the partition sub-group by
   // sub-group, swapping each one's state in): begin_step() once, then update() for disjoint slices that together
@@ -89,6 +95,11 @@ class FlatOptimizer {
   virtual std::vector<std::pair<std::string, torch::Tensor>> state_tensors() = 0;
   // The names of state_tensors(), in order: what an OptimizerSlice's state holds.
   std::vector<std::string> state_kinds();
+
+  // State that belongs to this rank at this world size rather than to the parameters (the 1-bit optimizers' error
+  // feedback): checkpoints keep it in the rank's own file, and only a run of the same world size takes it back.
+  // Aliases the optimizer's storage, as state_tensors().
+  virtual std::vector<std::pair<std::string, torch::Tensor>> rank_state() { return {}; }
 
   // Number of updates taken (Adam's bias-correction step).
   virtual int64_t step_count() const = 0;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string>
 #include <variant>
 
@@ -58,9 +59,45 @@ struct LambOptions {
   double min_coeff = 0.01;
 };
 
-using OptimizerOptions = std::variant<AdamOptions, SgdOptions, LionOptions, AdagradOptions, LambOptions>;
+// DeepSpeed's OnebitAdam (Tang et al. 2021, "1-bit Adam"; deepspeed/runtime/fp16/onebit/adam.py of DeepSpeed 0.19.6,
+// the last release that ships it): Adam without bias correction on averaged gradients for `freeze_step` steps, then
+// the variance frozen and the momentum averaged over the data-parallel ranks by the error-compensated 1-bit
+// all-reduce (comm/compressed_allreduce.h) instead of the gradients. Weight decay is decoupled (added to the update).
+struct OneBitAdamOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t freeze_step = 100000;  // steps before compression starts (DeepSpeed's default)
+  // How DeepSpeed reaches its compressed backend. Ours is the engine's comm (c10d: NCCL on GPUs, Gloo on CPUs)
+  // whichever of "nccl" and "compressed" is named; "mpi" and "hccl" are refused. `cuda_aware` matters to MPI only.
+  std::string comm_backend_name = "nccl";
+  bool cuda_aware = false;
+};
 
-// "Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb" as DeepSpeed spells them (matched case-insensitively).
+// DeepSpeed's ZeroOneAdam (Lu et al. 2022, "0/1 Adam"; deepspeed/runtime/fp16/onebit/zoadam.py of DeepSpeed 0.19.6):
+// the variance updated from averaged gradients on steps spaced ever further apart (every var_interval, doubled each
+// var_update_scaler updates) and the momentum from 1-bit compressed gradients between them, until var_freeze_step;
+// then the variance frozen, each rank stepping on its own for local_step_interval steps (doubled every
+// local_step_scaler steps, up to local_step_clipper) before the accumulated updates are averaged, 1-bit compressed.
+struct ZeroOneAdamOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t var_freeze_step = 100000;
+  int64_t var_update_scaler = 16;
+  int64_t local_step_scaler = 32678;  // DeepSpeed's default, as it spells it
+  int64_t local_step_clipper = 16;
+  std::string comm_backend_name = "nccl";  // as OneBitAdamOptions
+  bool cuda_aware = false;
+};
+
+using OptimizerOptions = std::variant<AdamOptions, SgdOptions, LionOptions, AdagradOptions, LambOptions,
+                                      OneBitAdamOptions, ZeroOneAdamOptions>;
+
+// "Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam" as DeepSpeed spells them (matched
+// case-insensitively).
 struct OptimizerConfig {
   std::string type;              // canonical spelling, e.g. "AdamW"
   OptimizerOptions options;

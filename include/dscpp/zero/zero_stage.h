@@ -85,6 +85,16 @@ class ZeroStage {
   // over ranks and still multiplied by the loss scale, in master_grads().
   virtual void reduce_gradients() = 0;
 
+  // Instead of reduce_gradients, when the optimizer wants this rank's own gradient (the 1-bit optimizers after their
+  // warm-up, FlatOptimizer::wants_local_gradients): leave it in master_grads(), summed over micro-steps, not
+  // reduced, still multiplied by the loss scale. local_grad_sq_norm() is then ‖g‖² over the world size, so the
+  // step's norm is the root mean square of the ranks' norms (inf/nan on any rank still makes it non-finite on all).
+  // Stage 0 only: a partitioned stage keeps no whole gradient.
+  virtual void keep_local_gradients() {
+    throw std::logic_error("ZeRO stage " + std::to_string(stage()) + " cannot keep each rank's own gradient (the "
+                           "1-bit optimizers need stage 0)");
+  }
+
   // This rank's fp32 master partition and its gradient: what the optimizer updates. 1-D, same size.
   virtual torch::Tensor& master_params() = 0;
   virtual torch::Tensor& master_grads() = 0;

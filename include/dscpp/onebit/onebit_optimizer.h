@@ -1,0 +1,50 @@
+// The 1-bit optimizers: DeepSpeed's OnebitAdam and ZeroOneAdam (deepspeed/runtime/fp16/onebit/ of DeepSpeed 0.19.6,
+// the last release that ships them) as FlatOptimizers over stage 0's whole flat master. Unlike the others they talk to
+// the data-parallel ranks themselves, through the error-compensated 1-bit all-reduce (comm/compressed_allreduce.h),
+// and tell the engine which steps want averaged gradients (FlatOptimizer::wants_local_gradients): on the others each
+// rank keeps its own and the optimizer averages what it needs, compressed. Steps count from 1, as DeepSpeed's.
+//
+// OneBitAdam (Tang et al. 2021):
+//   step 1        DeepSpeed's set-up step: nothing is updated.
+//   2 .. W        warm-up, W = max(freeze_step, 2): Adam without bias correction on averaged gradients:
+//                 m = β1·m + (1−β1)·g, v = β2·v + (1−β2)·g², p −= lr·(m / (√v + ε) + wd·p).
+//   W+1 ..        v frozen; each rank folds its own gradient into m, m is averaged compressed (1/32 of the bytes),
+//                 and p moves as above.
+//
+// ZeroOneAdam (Lu et al. 2022):
+//   step 1        the set-up step.
+//   2 .. F+1      F = var_freeze_step: on steps that are multiples of var_interval (1 at first, doubled each
+//                 var_update_scaler such steps) m and v from averaged gradients; on the others m from the gradients
+//                 averaged compressed. p moves as 1-bit Adam's.
+//   F+2 ..        v frozen, and no communication on most steps: each rank moves p by its own gradient's m, and every
+//                 local_step_interval steps (1 at first, doubled each local_step_scaler steps up to
+//                 local_step_clipper) the updates since the last sync are averaged compressed, from which p and m
+//                 are set on every rank. Between syncs each rank's p differs: a checkpoint taken there keeps each
+//                 rank's own part of the weights (with the default local_step_scaler, 32,678 steps of interval 1
+//                 come first, each a sync).
+//
+// The error feedback is rank_state(): a resumed run of the same world size continues exactly; one of another world
+// size starts it at zero, as every DeepSpeed resume does. On one rank nothing is compressed (DeepSpeed's size-1 rule).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+
+#include "dscpp/comm/comm.h"
+#include "dscpp/optim/flat_optimizer.h"
+#include "dscpp/optim/options.h"
+
+namespace dscpp {
+
+// Whether `config` names a 1-bit optimizer (OneBitAdam, ZeroOneAdam): one make_onebit_optimizer builds.
+bool is_onebit_optimizer(const OptimizerConfig& config);
+
+// `comm`: the data-parallel ranks the optimizer averages over (every rank holds the whole partition: stage 0).
+// std::invalid_argument naming the option for values DeepSpeed's would not take, or for another optimizer type.
+std::unique_ptr<FlatOptimizer> make_onebit_optimizer(const OptimizerConfig& config, int64_t numel,
+                                                     const torch::TensorOptions& state_options,
+                                                     std::shared_ptr<Comm> comm);
+
+}  // namespace dscpp

@@ -1,0 +1,5 @@
+"""DeepSpeed's 1-bit optimizers by their deepspeed.runtime.fp16.onebit names."""
+from .adam import OnebitAdam
+from .zoadam import ZeroOneAdam
+
+__all__ = ["OnebitAdam", "ZeroOneAdam"]

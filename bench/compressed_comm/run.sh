@@ -12,7 +12,7 @@
 #   3. 1-bit Adam against Adam at stage 0 (bf16 gradients all-reduced), compressing from step 3 (freeze_step 2), on
 #      loopback with 2 processes and over the throttled link with 2 x 2: the bytes per step and the step-time ratio.
 # The compressed runs' losses are not compared here: tests/zero/zero_equivalence_test.cpp (ZeroPlusPlus.*) holds them
-# to plain ZeRO-3's, tests/onebit/onebit_adam_test.cpp 1-bit Adam's to Adam's.
+# to plain ZeRO-3's, tests/onebit/onebit_test.cpp 1-bit Adam's to Adam's.
 # Expected time on a 2-core machine with the defaults: ~8 min.
 # Usage: [MODEL=small] [ROUNDS=3] [RATE=1gbit] [LINK_ONLY=1] bench/compressed_comm/run.sh [build-dir] [steps]
 #   LINK_ONLY=1 runs part 2 alone (another RATE, say).

@@ -2,6 +2,7 @@
 #include "dscpp/comm/compressed_allreduce.h"
 
 #include <cmath>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -31,7 +32,10 @@ CompressionErrors CompressionErrors::zeros(int64_t numel, int world_size, const 
 }
 
 int64_t compressed_padded_numel(int64_t numel, int world_size) {
-  const int64_t unit = 8 * static_cast<int64_t>(world_size);
+  // DeepSpeed's rule (its optimizers' corrected_tensor_size): a multiple of world × lcm(world, 8). The padding is
+  // part of the scales' √n, so another multiple would scale differently at a world size 8 does not divide.
+  const int64_t world = world_size;
+  const int64_t unit = world * (world * 8 / std::gcd(world, int64_t{8}));
   return (numel + unit - 1) / unit * unit;
 }
 

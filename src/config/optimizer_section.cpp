@@ -103,7 +103,8 @@ int64_t read_steps(JsonReader& p, const char* key, int64_t def, int64_t least) {
 }
 
 // What DeepSpeed's 1-bit Adams read beside their own keys: Adam's settings, the comm backend, and three parameters
-// they take and ignore (bias_correction, eps_inside_sqrt, max_grad_norm), refused when a value asks for an effect.
+// they take and ignore: bias_correction (accepted, either value, as DeepSpeed's default true is), eps_inside_sqrt and
+// max_grad_norm (refused when a value asks for an effect).
 template <typename Options>
 Options parse_onebit_common(JsonReader& p, const char* name) {
   Options o;
@@ -118,8 +119,7 @@ Options parse_onebit_common(JsonReader& p, const char* name) {
             "deepspeed.cpp has no MPI or HCCL transport)");
   o.cuda_aware = p.get_bool("cuda_aware", false);
   p.require(!p.get_bool("amsgrad", false), "amsgrad", std::string("false (") + name + " has no AMSGrad variant)");
-  p.require(!p.get_bool("bias_correction", false), "bias_correction",
-            std::string("false (DeepSpeed's ") + name + " applies no bias correction whatever this says)");
+  p.get_bool("bias_correction", true);  // DeepSpeed's applies none whatever this says (docs/configuration.md)
   p.require(!p.get_bool("eps_inside_sqrt", false), "eps_inside_sqrt",
             std::string("false (DeepSpeed's ") + name + " ignores it: eps is always added to the square root)");
   p.require(p.get_number("max_grad_norm", 0.0) == 0.0, "max_grad_norm",
@@ -152,8 +152,12 @@ std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
   JsonReader section = root.section("optimizer");
   section.require(section.has("type"), "type", "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb|OneBitAdam|ZeroOneAdam");
   OptimizerConfig config;
-  config.type = section.get_choice("type", "",
-                                   {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam"});
+  config.type = section.get_choice(
+      "type", "", {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"});
+  if (config.type == "OneBitLamb") {
+    throw ConfigError("optimizer.type: \"OneBitLamb\" is not supported yet by deepspeed.cpp (OneBitAdam and "
+                      "ZeroOneAdam are)");
+  }
   JsonReader params = section.section("params");
   if (config.type == "Adam" || config.type == "AdamW") {
     config.options = parse_adam(params, config.type == "AdamW");

@@ -444,6 +444,15 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
     parts.optimizer = make_flat_optimizer(*optimizer_config, partition, stage.master_params().options(), kernels);
   }
   if (!options.param_groups.empty()) set_param_groups(options.param_groups, config, stage, *parts.optimizer, rank, log);
+  if (std::holds_alternative<ZeroOneAdamOptions>(optimizer_config->options)) {
+    for (const auto& group : parts.optimizer->groups()) {
+      if (group.lr) {
+        // Its synchronisation divides by the sum of the lrs stepped since the last one: one sum for every parameter.
+        throw ConfigError("optimizer.type: \"ZeroOneAdam\" with a parameter group of its own lr is not supported "
+                          "yet by deepspeed.cpp (give every group the optimizer's lr)");
+      }
+    }
+  }
   parts.optimizer_step =
       offloaded ? make_offloaded_step(std::make_unique<OptimizerOffload>(
                       *parts.optimizer, make_optimizer_store(config, stage, *parts.optimizer, rank), stage, held.dtype))

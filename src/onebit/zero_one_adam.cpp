@@ -54,8 +54,9 @@ class ZeroOneAdam final : public FlatOptimizer {
       if (variance_step) {
         exp_avg_sq_.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
         exp_avg_.mul_(beta1_).add_(grad, 1.0 - beta1_);
-      } else {
-        // The gradients averaged compressed, in the anchor (unused until the variance freezes) as scratch.
+      } else if (comm_->world_size() > 1) {
+        // The gradients averaged compressed, in the anchor (unused until the variance freezes) as scratch. On one
+        // rank DeepSpeed leaves m as it is on these steps (its update sits under `if self.size > 1`), and so do we.
         anchor_.copy_(grad);
         compress(anchor_);
         exp_avg_.mul_(beta1_).add_(anchor_, 1.0 - beta1_);

@@ -82,6 +82,16 @@ TEST(CompressedAllReduce, OneRankKeepsTheSignTimesTheScaleAndTheRestAsError) {
             1e-5);
 }
 
+// DeepSpeed's padding (its optimizers' corrected_tensor_size): a multiple of world × lcm(world, 8). It enters the
+// scales' √n, so at 3 ranks 1,010 elements pad to 1,080, not to 1,032 (a multiple of 8 × 3).
+TEST(CompressedAllReduce, PadsAsDeepSpeedPads) {
+  EXPECT_EQ(compressed_padded_numel(1010, 3), 1080);
+  EXPECT_EQ(compressed_padded_numel(1010, 2), 1024);
+  EXPECT_EQ(compressed_padded_numel(1010, 4), 1024);
+  EXPECT_EQ(compressed_padded_numel(5, 5), 200);
+  EXPECT_EQ(compressed_padded_numel(1024, 8), 1024);
+}
+
 TEST(CompressedAllReduce, PacksSignsFirstElementInTheHighestBit) {
   const auto values = torch::tensor({1.f, -1.f, 0.f, -0.5f, 2.f, 2.f, -3.f, 4.f, -1.f, -1.f, -1.f, -1.f, -1.f, -1.f,
                                      -1.f, 5.f});

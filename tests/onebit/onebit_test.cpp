@@ -155,13 +155,13 @@ struct ZeroOneAdamReference {
       if (variance_step) {
         g = averaged_grad(steps, world);
         v.mul_(beta2).addcmul_(g, g, 1 - beta2);
-      } else {
+      } else if (world > 1) {
         std::vector<torch::Tensor> mine;
         for (int r = 0; r < world; ++r) mine.push_back(local_grad(steps, r));
         g = average(mine);
       }
       for (int r = 0; r < world; ++r) {
-        m[r].mul_(beta1).add_(g, 1 - beta1);
+        if (g.defined()) m[r].mul_(beta1).add_(g, 1 - beta1);  // one rank: m stays on these steps, as DeepSpeed's
         move(r);
       }
       if (variance_step && ++var_counter == o.var_update_scaler) var_counter = 0, var_interval *= 2;
@@ -304,15 +304,27 @@ TEST(ZeroOneAdam, OneRankIsDeepSpeedsArithmeticBitForBit) {
   }
 }
 
-// A resumed optimizer takes its counters from the step count: the same intervals as the run that never stopped.
-TEST(ZeroOneAdam, StepCountRestoresTheIntervals) {
+// A resumed 0/1 Adam takes its counters from the step count: given the parameters and state of one that stopped at a
+// synchronisation (after step 5, in the variance phase; 10, before a local interval of 2; 12, before one of 4), it
+// steps on bit for bit as the one that never stopped.
+TEST(ZeroOneAdam, RestoredAtASynchronisationStepsOnAsTheOriginal) {
   auto comm = make_single_process_comm();
-  auto a = make_zero_one(comm), b = make_zero_one(comm);
-  auto param = initial_params();
-  for (int s = 1; s <= kZeroOneSteps; ++s) {
-    b->set_step_count(a->step_count());
-    EXPECT_EQ(b->wants_local_gradients(), a->wants_local_gradients()) << "after step " << s - 1;
-    a->step(param, averaged_grad(s, 1), kLr);
+  for (int at : {5, 10, 12}) {
+    auto original = make_zero_one(comm);
+    auto p = initial_params();
+    for (int s = 1; s <= at; ++s) original->step(p, averaged_grad(s, 1), kLr);
+    auto restored = make_zero_one(comm);
+    const auto saved = original->state_tensors();
+    auto into = restored->state_tensors();
+    for (size_t k = 0; k < saved.size(); ++k) into[k].second.copy_(saved[k].second);
+    restored->set_step_count(at);
+    auto q = p.clone();
+    for (int s = at + 1; s <= kZeroOneSteps; ++s) {
+      EXPECT_EQ(restored->wants_local_gradients(), original->wants_local_gradients()) << "step " << s;
+      original->step(p, averaged_grad(s, 1), kLr);
+      restored->step(q, averaged_grad(s, 1), kLr);
+      EXPECT_TRUE(torch::equal(p, q)) << "restored after step " << at << ", step " << s;
+    }
   }
 }
 
@@ -367,11 +379,12 @@ TEST(OneBitAdam, RefusesOptionsDeepSpeedRefuses) {
   };
   EXPECT_EQ(error(R"({"lr": 1e-3, "freeze_step": 10, "cuda_aware": false, "comm_backend_name": "nccl"})"), "");
   EXPECT_EQ(error(R"({"comm_backend_name": "compressed", "bias_correction": false})"), "");
+  EXPECT_EQ(error(R"({"bias_correction": true})"), "");  // DeepSpeed's default, which it ignores
   EXPECT_NE(error(R"({"comm_backend_name": "mpi"})").find("optimizer.params.comm_backend_name"), std::string::npos);
-  EXPECT_NE(error(R"({"bias_correction": true})").find("optimizer.params.bias_correction"), std::string::npos);
   EXPECT_NE(error(R"({"amsgrad": true})").find("optimizer.params.amsgrad"), std::string::npos);
   EXPECT_NE(error(R"({"freeze_step": 2.5})").find("optimizer.params.freeze_step"), std::string::npos);
   EXPECT_NE(error(R"({"var_freeze_step": 5})").find("var_freeze_step"), std::string::npos);
+  EXPECT_NE(error(R"({"eps_inside_sqrt": true})").find("optimizer.params.eps_inside_sqrt"), std::string::npos);
   const auto zero = error("{}", 2);
   EXPECT_NE(zero.find("not compatible with ZeRO"), std::string::npos) << zero;
   auto zero_one = [](const std::string& params, int stage = 0) -> std::string {
@@ -388,6 +401,12 @@ TEST(OneBitAdam, RefusesOptionsDeepSpeedRefuses) {
   EXPECT_NE(zero_one(R"({"var_update_scaler": 0})").find("optimizer.params.var_update_scaler"), std::string::npos);
   EXPECT_NE(zero_one(R"({"freeze_step": 3})").find("freeze_step"), std::string::npos);  // 1-bit Adam's key
   EXPECT_NE(zero_one("{}", 1).find("0/1 Adam is not compatible with ZeRO"), std::string::npos);
+  try {
+    Config::from_string(R"({"train_batch_size": 8, "optimizer": {"type": "OneBitLamb", "params": {}}})");
+    ADD_FAILURE() << "OneBitLamb was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("\"OneBitLamb\" is not supported yet"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(make_onebit_adam(OneBitAdamOptions{0.1, {0.9, 1.0}}, 8, {}, make_single_process_comm()),
                std::invalid_argument);
 }
@@ -477,8 +496,9 @@ TEST(OneBitAdamEngine, CompressedTrainingReachesAdamsLossWithAThirtySecondOfTheB
 }
 
 // 0/1 Adam, 200 steps with the variance frozen after step 101, against the same run on one process, where nothing is
-// compressed: within a measured margin (+7.5% at 2 processes; the gap to Adam, +26% on one process already, is the
-// algorithm's: its variance is updated on ever fewer steps).
+// compressed: within a measured margin (+2.0% at 2 processes, −0.1% at 4; the gap to Adam's loss, +24% on one process
+// already, is the algorithm's at this length: its variance is updated on ever fewer steps, and without bias
+// correction).
 TEST(ZeroOneAdamEngine, CompressedTrainingStaysNearItsOneProcessRun) {
   const auto cfg = config("ZeroOneAdam", 100, false);
   const auto one = gpt_train(1, cfg, 200);
@@ -489,7 +509,7 @@ TEST(ZeroOneAdamEngine, CompressedTrainingStaysNearItsOneProcessRun) {
     const double ours = mean_of_last(run.losses, 20);
     std::cerr << "world " << world << ": 0/1 Adam " << ours << ", on one process " << exact
               << " (mean loss of the last 20 steps)\n";
-    EXPECT_LE(std::abs(ours - exact) / exact, 0.12) << "world " << world;
+    EXPECT_LE(std::abs(ours - exact) / exact, 0.05) << "world " << world;
   }
 }
 
@@ -499,8 +519,10 @@ TEST(ZeroOneAdamEngine, CompressedTrainingStaysNearItsOneProcessRun) {
 class OneBitResume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(OneBitResume, ResumesExactlyInEitherPhase) {
-  const auto cfg = config(GetParam(), 4, false);
-  const auto dir = temp_dir("onebit_resume_" + GetParam());
+  const std::string name = GetParam();
+  const bool bf16 = name.size() > 5 && name.substr(name.size() - 5) == "_bf16";
+  const auto cfg = config(bf16 ? name.substr(0, name.size() - 5) : name, 4, bf16);
+  const auto dir = temp_dir("onebit_resume_" + name);
   const auto full = gpt_train(2, cfg, 10, "--save_dir " + (dir / "ckpt").string() + " --save_interval 3");
   ASSERT_EQ(full.losses.size(), 10u);
   for (int at : {3, 6}) {
@@ -517,7 +539,9 @@ TEST_P(OneBitResume, ResumesExactlyInEitherPhase) {
       << wider.log;
 }
 
-INSTANTIATE_TEST_SUITE_P(Optimizers, OneBitResume, ::testing::Values("OneBitAdam", "ZeroOneAdam"));
+// bf16: the 16-bit weights come from the master, which the checkpoint holds, and the gradients are each rank's own in
+// bf16 until the fp32 copy the optimizer reads.
+INSTANTIATE_TEST_SUITE_P(Optimizers, OneBitResume, ::testing::Values("OneBitAdam", "ZeroOneAdam", "OneBitAdam_bf16"));
 
 TEST(OneBitAdamEngine, RefusesZeroAndSaysWhy) {
   auto cfg = config("OneBitAdam", 4, false);

@@ -32,7 +32,8 @@ struct CompressionErrors {
   static CompressionErrors zeros(int64_t numel, int world_size, const torch::TensorOptions& options);
 };
 
-// `numel` rounded up so that every rank owns a whole number of bytes of signs: a multiple of 8 × world_size.
+// `numel` rounded up as DeepSpeed pads it: a multiple of world_size × lcm(world_size, 8), so that every rank owns a
+// whole number of bytes of signs (8 × world_size where the world size divides 8).
 int64_t compressed_padded_numel(int64_t numel, int world_size);
 
 // Replaces `buffer` (fp32, contiguous, any shape) by the compressed average over `comm`'s ranks, updating `errors`

@@ -23,8 +23,18 @@
 //                 rank's own part of the weights (with the default local_step_scaler, 32,678 steps of interval 1
 //                 come first, each a sync).
 //
+// What differs from DeepSpeed, on purpose:
+//   - The whole partition is one compressed buffer (DeepSpeed's fp16 optimizer hands its 1-bit optimizer one
+//     flattened buffer per parameter group; in fp32 DeepSpeed compresses each parameter apart), so a run with
+//     parameter groups scales its signs over all of them at once.
+//   - 0/1 Adam's synchronisation sets p from the anchor (zero_one_adam.cpp says why), and a resumed 0/1 Adam replays
+//     its interval counters from the step count where DeepSpeed's restarts them.
 // The error feedback is rank_state(): a resumed run of the same world size continues exactly; one of another world
-// size starts it at zero, as every DeepSpeed resume does. On one rank nothing is compressed (DeepSpeed's size-1 rule).
+// size starts it at zero, as every DeepSpeed resume does. On one rank nothing is compressed (DeepSpeed's size-1 rule:
+// 0/1 Adam then leaves m unchanged on its compressed-gradient steps, as DeepSpeed's does).
+//
+// Both are stepped whole only (step()): their collectives span the partition, which no sliced caller (offload,
+// begin_step + update) could run; ZeRO, which offload needs, is refused with them.
 #pragma once
 
 #include <torch/torch.h>

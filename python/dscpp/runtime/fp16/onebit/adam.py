@@ -3,8 +3,9 @@ that ships it) with its signature, as a torch.optim.Optimizer that holds the set
 becomes the config's "OneBitAdam" with the same settings, run by the engine (src/onebit/onebit_adam.cpp): its
 momentum is averaged over the data-parallel ranks, which only the engine can do, so it does not step on its own.
 
-DeepSpeed's OnebitAdam takes bias_correction, eps_inside_sqrt and max_grad_norm and ignores them; a value asking for
-their effect is refused here, as the config refuses it."""
+DeepSpeed's OnebitAdam takes bias_correction, eps_inside_sqrt and max_grad_norm and ignores them: bias_correction is
+accepted either way (no bias correction is applied, as DeepSpeed's), the other two are refused when they ask for an
+effect, as the config refuses them. DeepSpeed's per-group exp_avg_mask and non_freeze are refused too."""
 import torch
 
 
@@ -22,6 +23,15 @@ def check_ignored_settings(name, deepspeed, eps_inside_sqrt, max_grad_norm, comm
                          "(NCCL on GPUs, Gloo on CPUs); use 'nccl' or 'compressed'")
 
 
+def check_group_keys(optimizer):
+    """DeepSpeed's 1-bit optimizers read exp_avg_mask and non_freeze from a parameter group; the engine has neither."""
+    for i, group in enumerate(optimizer.param_groups):
+        for key in ("exp_avg_mask", "non_freeze"):
+            if key in group:
+                raise ValueError(f"{type(optimizer).__name__}: parameter group {i}'s {key} is not supported yet by "
+                                 "deepspeed.cpp")
+
+
 class OnebitAdam(torch.optim.Optimizer):
     def __init__(self, params, deepspeed=None, lr=1e-3, freeze_step=100000, bias_correction=True, betas=(0.9, 0.999),
                  eps=1e-8, eps_inside_sqrt=False, weight_decay=0., max_grad_norm=0., amsgrad=False, cuda_aware=False,
@@ -36,6 +46,7 @@ class OnebitAdam(torch.optim.Optimizer):
 
     def config_section(self):
         """The config's "optimizer" section this optimizer stands for."""
+        check_group_keys(self)
         group = self.param_groups[0]
         return {"type": "OneBitAdam",
                 "params": {"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"],

@@ -3,7 +3,7 @@ as a torch.optim.Optimizer that holds the settings: passed to dscpp.initialize i
 run by the engine (src/onebit/zero_one_adam.cpp), as OnebitAdam (adam.py) is."""
 import torch
 
-from .adam import check_ignored_settings
+from .adam import check_group_keys, check_ignored_settings
 
 
 class ZeroOneAdam(torch.optim.Optimizer):
@@ -24,6 +24,7 @@ class ZeroOneAdam(torch.optim.Optimizer):
 
     def config_section(self):
         """The config's "optimizer" section this optimizer stands for."""
+        check_group_keys(self)
         group = self.param_groups[0]
         return {"type": "ZeroOneAdam",
                 "params": {"lr": group["lr"], "betas": list(group["betas"]), "eps": group["eps"],

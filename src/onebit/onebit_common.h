@@ -1,9 +1,10 @@
-// Private to src/onebit: what the 1-bit optimizers share — their option checks, their bounded scratch, Adam's update
-// direction as DeepSpeed's 1-bit optimizers compute it, op for op — and each one's constructor function.
+// Private to src/onebit: the 1-bit optimizers' option checks and bounded scratch, and each one's constructor function
+// (their shared state and arithmetic: compressed_adam.h).
 #pragma once
 
 #include <torch/torch.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -34,18 +35,13 @@ inline torch::Tensor scratch(torch::Tensor& buffer, int64_t length, const torch:
   return buffer.narrow(0, 0, length);
 }
 
-// out = m / (√v + ε), then out += wd·p (`decay` is scratch for wd·p): DeepSpeed's `update` before it is scaled by
-// −lr. Every argument one chunk of the same length.
-inline void adam_direction(torch::Tensor& out, const torch::Tensor& m, const torch::Tensor& v, const torch::Tensor& p,
-                           double eps, double weight_decay, torch::Tensor& decay_buffer) {
-  torch::sqrt_out(out, v);
-  out.add_(eps);
-  torch::div_out(out, m, out);
-  if (weight_decay > 0.0) {
-    auto decay = scratch(decay_buffer, out.numel(), p);
-    torch::mul_out(decay, p, weight_decay);
-    out.add_(decay);
-  }
+// The Adam settings both take: lr, betas, eps and weight decay, each in DeepSpeed's range.
+inline void check_adam_options(double lr, const std::array<double, 2>& betas, double eps, double weight_decay) {
+  require(lr >= 0.0, "lr", "must be >= 0", lr);
+  require(betas[0] >= 0.0 && betas[0] < 1.0, "betas[0]", "must be in [0, 1)", betas[0]);
+  require(betas[1] >= 0.0 && betas[1] < 1.0, "betas[1]", "must be in [0, 1)", betas[1]);
+  require(eps > 0.0, "eps", "must be > 0", eps);
+  require(weight_decay >= 0.0, "weight_decay", "must be >= 0", weight_decay);
 }
 
 // The two optimizers (onebit_adam.cpp, zero_one_adam.cpp), options checked there; `state_options` already fp32.

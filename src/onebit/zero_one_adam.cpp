@@ -6,40 +6,29 @@
 // move, so all ranks hold the same weights after each one — the same up to rounding, and a checkpoint taken there
 // resumes exactly.
 #include <algorithm>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <utility>
-#include <vector>
 
-#include "dscpp/comm/compressed_allreduce.h"
+#include "compressed_adam.h"
 #include "onebit_common.h"
 
 namespace dscpp::onebit {
 namespace {
 
-class ZeroOneAdam final : public FlatOptimizer {
+class ZeroOneAdam final : public CompressedAdam {
  public:
   ZeroOneAdam(const ZeroOneAdamOptions& o, int64_t numel, const torch::TensorOptions& state_options,
               std::shared_ptr<Comm> comm)
-      : o_(o),
-        beta1_(o.betas[0]),
-        beta2_(o.betas[1]),
-        comm_(std::move(comm)),
-        numel_(numel),
-        exp_avg_(torch::zeros({numel}, state_options)),
-        exp_avg_sq_(torch::zeros({numel}, state_options)),
-        anchor_(torch::zeros({numel}, state_options)) {
-    if (comm_->world_size() > 1) errors_ = CompressionErrors::zeros(numel, comm_->world_size(), state_options);
-  }
+      : CompressedAdam("ZeroOneAdam", o.betas, o.eps, o.weight_decay, numel, state_options, std::move(comm)),
+        o_(o),
+        anchor_(torch::zeros({numel}, state_options)) {}
 
   void step(torch::Tensor& param, const torch::Tensor& grad, double lr) override {
-    if (param.numel() != numel_ || grad.numel() != numel_) {
-      throw std::invalid_argument(name() + " step: param and grad must have the partition's " +
-                                  std::to_string(numel_) + " elements, got " + std::to_string(param.numel()) +
-                                  " and " + std::to_string(grad.numel()));
-    }
+    check_step(param, grad);
     for (const auto& group : groups()) {
-      if (group.lr) {
+      if (group.lr) {  // initialize refuses these; a group lr set since (set_group_lr) is refused here
         throw std::invalid_argument(name() + ": a parameter group with an lr of its own is not supported yet (its "
                                     "synchronisation divides by the sum of the lrs since the last one, which must "
                                     "be the same for every parameter)");
@@ -54,7 +43,7 @@ class ZeroOneAdam final : public FlatOptimizer {
       if (variance_step) {
         exp_avg_sq_.mul_(beta2_).addcmul_(grad, grad, 1.0 - beta2_);
         exp_avg_.mul_(beta1_).add_(grad, 1.0 - beta1_);
-      } else if (comm_->world_size() > 1) {
+      } else if (!one_rank()) {
         // The gradients averaged compressed, in the anchor (unused until the variance freezes) as scratch. On one
         // rank DeepSpeed leaves m as it is on these steps (its update sits under `if self.size > 1`), and so do we.
         anchor_.copy_(grad);
@@ -82,51 +71,15 @@ class ZeroOneAdam final : public FlatOptimizer {
       frozen_ = true;
       anchor_.copy_(param);  // every rank's weights, the same before the local steps begin
       anchored_ = true;
-      if (errors_.worker.defined()) {  // the gradients' feedback is no use to the updates'
-        errors_.worker.zero_();
-        errors_.server.zero_();
-      }
-    }
-  }
-
-  void begin_step() override { ++steps_; }
-
-  // One range's move by its m: p += −lr·(m / (√v + ε) + wd·p).
-  void update(const OptimizerSlice& slice, double lr) override {
-    torch::NoGradGuard no_grad;
-    const double weight_decay = slice.weight_decay.value_or(o_.weight_decay);
-    for (int64_t offset = 0; offset < slice.param.numel(); offset += kChunk) {
-      const int64_t length = std::min(kChunk, slice.param.numel() - offset);
-      auto p = slice.param.narrow(0, offset, length);
-      auto update = scratch(update_, length, p);
-      adam_direction(update, slice.state[0].narrow(0, offset, length), slice.state[1].narrow(0, offset, length), p,
-                     o_.eps, weight_decay, decay_);
-      p.add_(update.mul_(-lr));
+      reset_errors();
     }
   }
 
   bool wants_local_gradients() const override { return frozen_ || (steps_ + 1) % var_interval_ != 0; }
 
-  void set_betas(double beta1, double beta2) override {
-    require(beta1 >= 0.0 && beta1 < 1.0, "betas[0]", "(set by the schedule's momentum) must be in [0, 1)", beta1);
-    require(beta2 >= 0.0 && beta2 < 1.0, "betas[1]", "(set by the schedule's momentum) must be in [0, 1)", beta2);
-    beta1_ = beta1;
-    beta2_ = beta2;
-  }
-
-  int64_t numel() const override { return numel_; }
-  std::vector<std::pair<std::string, torch::Tensor>> state_tensors() override {
-    return {{"exp_avg", exp_avg_}, {"exp_avg_sq", exp_avg_sq_}};
-  }
-  std::vector<std::pair<std::string, torch::Tensor>> rank_state() override {
-    if (!errors_.worker.defined()) return {};
-    return {{"worker_error", errors_.worker}, {"server_error", errors_.server}};
-  }
-  int64_t step_count() const override { return steps_; }
   // The counters are a function of the step count: replayed, as a run that took those steps has them. The anchor is
   // the weights at the first step after it (a checkpoint at a synchronisation holds them).
   void set_step_count(int64_t steps) override {
-    steps_ = 0;
     var_interval_ = 1, var_counter_ = 0, local_step_interval_ = 1, local_step_counter_ = 0;
     frozen_ = false;
     lrs_ = 0;
@@ -142,18 +95,12 @@ class ZeroOneAdam final : public FlatOptimizer {
     }
     steps_ = steps;
   }
-  std::string name() const override { return "ZeroOneAdam"; }
 
  private:
-  // Replaces `buffer` by its average over the ranks, 1-bit compressed (on one rank: itself, DeepSpeed's size-1 rule).
-  void compress(torch::Tensor& buffer) {
-    if (comm_->world_size() > 1) compressed_all_reduce(*comm_, buffer, errors_);
-  }
-
   // This rank's moves since the last synchronisation averaged over the ranks, as DeepSpeed does: scaled back to m's
   // units (× (√v + ε)), averaged compressed; m is their negated mean per lr, and p the anchor moved by them.
   void synchronise(torch::Tensor& param) {
-    auto denominator = exp_avg_sq_.sqrt().add_(o_.eps);
+    auto denominator = exp_avg_sq_.sqrt().add_(eps_);
     auto moved = param - anchor_;
     moved.mul_(denominator);
     compress(moved);
@@ -163,21 +110,14 @@ class ZeroOneAdam final : public FlatOptimizer {
     lrs_ = 0;
   }
 
-  ZeroOneAdamOptions o_;
-  double beta1_, beta2_;
-  std::shared_ptr<Comm> comm_;
-  int64_t numel_;
-  int64_t steps_ = 0;
+  const ZeroOneAdamOptions o_;
   // DeepSpeed's per-step state, the same for every parameter.
   int64_t var_interval_ = 1, var_counter_ = 0, local_step_interval_ = 1, local_step_counter_ = 0;
   bool frozen_ = false;  // the variance is frozen (DeepSpeed's freeze_key)
   double lrs_ = 0;       // the lrs stepped by since the last synchronisation
-  torch::Tensor exp_avg_, exp_avg_sq_;
   // (numel) once v is frozen, the weights at the last synchronisation (every rank's the same); before, scratch.
   torch::Tensor anchor_;
   bool anchored_ = false;  // anchor_ holds them (false after set_step_count until the next step)
-  CompressionErrors errors_;
-  torch::Tensor update_, decay_;
 };
 
 }  // namespace
@@ -185,11 +125,7 @@ class ZeroOneAdam final : public FlatOptimizer {
 std::unique_ptr<FlatOptimizer> make_zero_one_adam(const ZeroOneAdamOptions& o, int64_t numel,
                                                   const torch::TensorOptions& state_options,
                                                   std::shared_ptr<Comm> comm) {
-  require(o.lr >= 0.0, "lr", "must be >= 0", o.lr);
-  require(o.betas[0] >= 0.0 && o.betas[0] < 1.0, "betas[0]", "must be in [0, 1)", o.betas[0]);
-  require(o.betas[1] >= 0.0 && o.betas[1] < 1.0, "betas[1]", "must be in [0, 1)", o.betas[1]);
-  require(o.eps > 0.0, "eps", "must be > 0", o.eps);
-  require(o.weight_decay >= 0.0, "weight_decay", "must be >= 0", o.weight_decay);
+  check_adam_options(o.lr, o.betas, o.eps, o.weight_decay);
   require(o.var_freeze_step >= 0, "var_freeze_step", "must be >= 0", static_cast<double>(o.var_freeze_step));
   require(o.var_update_scaler >= 1, "var_update_scaler", "must be >= 1", static_cast<double>(o.var_update_scaler));
   require(o.local_step_scaler >= 1, "local_step_scaler", "must be >= 1", static_cast<double>(o.local_step_scaler));

@@ -473,9 +473,13 @@ TEST(OneBitAdamEngine, WarmUpOnTwoProcessesEqualsOneProcess) {
 // same 1-bit Adam never compressing (freeze_step past the run: measured +2.4% at 2 processes) and of Adam's
 // (measured +10.8%: most of it is 1-bit Adam's missing bias correction, which the uncompressed run shares); and after
 // the warm-up only the compressed momentum crosses: 1/32 of the fp32 gradients' bytes per step, in two phases.
-TEST(OneBitAdamEngine, CompressedTrainingReachesAdamsLossWithAThirtySecondOfTheBytes) {
+// The world sizes of the training runs: 2 in the default set, 4 "long" (LongWorlds/*: a minute and a half more).
+class OneBitTraining : public ::testing::TestWithParam<int> {};
+
+TEST_P(OneBitTraining, OneBitAdamReachesAdamsLossWithAThirtySecondOfTheBytes) {
   constexpr int kTrainSteps = 200, kFreeze = 100;
-  for (int world : {2, 4}) {
+  {
+    const int world = GetParam();
     const auto adam = gpt_train(world, config("Adam", 0, false), kTrainSteps);
     const auto uncompressed = gpt_train(world, config("OneBitAdam", 1000, false), kTrainSteps);
     const auto onebit = gpt_train(world, config("OneBitAdam", kFreeze, false), kTrainSteps);
@@ -499,11 +503,12 @@ TEST(OneBitAdamEngine, CompressedTrainingReachesAdamsLossWithAThirtySecondOfTheB
 // compressed: within a measured margin (+2.0% at 2 processes, −0.1% at 4; the gap to Adam's loss, +24% on one process
 // already, is the algorithm's at this length: its variance is updated on ever fewer steps, and without bias
 // correction).
-TEST(ZeroOneAdamEngine, CompressedTrainingStaysNearItsOneProcessRun) {
+TEST_P(OneBitTraining, ZeroOneAdamStaysNearItsOneProcessRun) {
   const auto cfg = config("ZeroOneAdam", 100, false);
   const auto one = gpt_train(1, cfg, 200);
   const double exact = mean_of_last(one.losses, 20);
-  for (int world : {2, 4}) {
+  {
+    const int world = GetParam();
     const auto run = gpt_train(world, cfg, 200);
     ASSERT_EQ(run.losses.size(), 200u);
     const double ours = mean_of_last(run.losses, 20);
@@ -512,6 +517,9 @@ TEST(ZeroOneAdamEngine, CompressedTrainingStaysNearItsOneProcessRun) {
     EXPECT_LE(std::abs(ours - exact) / exact, 0.05) << "world " << world;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Worlds, OneBitTraining, ::testing::Values(2));
+INSTANTIATE_TEST_SUITE_P(LongWorlds, OneBitTraining, ::testing::Values(4));
 
 // A checkpoint in the warm-up and one after compression started: each resumed run continues as the run that never
 // stopped, bit for bit (the error feedback is saved per rank; 0/1 Adam's intervals follow from the step count). At

@@ -1,7 +1,6 @@
 // CompressedAdam (compressed_adam.h): the state and arithmetic the 1-bit optimizers share.
 #include "compressed_adam.h"
 
-#include <algorithm>
 #include <stdexcept>
 
 #include "onebit_common.h"
@@ -26,20 +25,19 @@ CompressedAdam::CompressedAdam(std::string name, const std::array<double, 2>& be
 void CompressedAdam::update(const OptimizerSlice& slice, double lr) {
   torch::NoGradGuard no_grad;
   const double weight_decay = slice.weight_decay.value_or(weight_decay_);
-  for (int64_t offset = 0; offset < slice.param.numel(); offset += kChunk) {
-    const int64_t length = std::min(kChunk, slice.param.numel() - offset);
+  detail::for_each_chunk(slice.param.numel(), [&](int64_t offset, int64_t length) {
     auto p = slice.param.narrow(0, offset, length);
-    auto update = scratch(update_, length, p);
+    auto update = update_.get(length, p);
     torch::sqrt_out(update, slice.state[1].narrow(0, offset, length));
     update.add_(eps_);
     torch::div_out(update, slice.state[0].narrow(0, offset, length), update);
     if (weight_decay > 0.0) {
-      auto decay = scratch(decay_, length, p);
+      auto decay = decay_.get(length, p);
       torch::mul_out(decay, p, weight_decay);
       update.add_(decay);
     }
     p.add_(update.mul_(-lr));
-  }
+  });
 }
 
 void CompressedAdam::set_betas(double beta1, double beta2) {

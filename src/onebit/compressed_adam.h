@@ -16,6 +16,7 @@
 #include "dscpp/comm/comm.h"
 #include "dscpp/comm/compressed_allreduce.h"
 #include "dscpp/optim/flat_optimizer.h"
+#include "dscpp/optim/update_helpers.h"
 
 namespace dscpp::onebit {
 
@@ -61,7 +62,7 @@ class CompressedAdam : public FlatOptimizer {
   std::shared_ptr<Comm> comm_;
   const int64_t numel_;
   CompressionErrors errors_;
-  torch::Tensor update_, decay_;  // scratch, one chunk each
+  detail::Scratch update_, decay_;  // one chunk each
 };
 
 }  // namespace dscpp::onebit

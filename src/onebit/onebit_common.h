@@ -1,5 +1,6 @@
-// Private to src/onebit: the 1-bit optimizers' option checks and bounded scratch, and each one's constructor function
-// (their shared state and arithmetic: compressed_adam.h).
+// Private to src/onebit: the 1-bit optimizers' option checks and each one's constructor function (their shared state
+// and arithmetic: compressed_adam.h; the chunked loop, scratch and option check of every flat optimizer:
+// dscpp/optim/update_helpers.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -7,33 +8,15 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <stdexcept>
-#include <string>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/optim/flat_optimizer.h"
 #include "dscpp/optim/options.h"
+#include "dscpp/optim/update_helpers.h"
 
 namespace dscpp::onebit {
 
-// The partition is updated in pieces of this many elements, so the scratch buffers stay bounded (16 MiB of fp32).
-constexpr int64_t kChunk = int64_t{1} << 22;
-
-// std::invalid_argument "optimizer.params.<key> <requirement>, got <value>" unless `ok`.
-inline void require(bool ok, const char* key, const char* requirement, double value) {
-  if (!ok) {
-    throw std::invalid_argument(std::string("optimizer.params.") + key + " " + requirement + ", got " +
-                                std::to_string(value));
-  }
-}
-
-// `length` elements of `buffer`, (re)allocated like `like` when too small.
-inline torch::Tensor scratch(torch::Tensor& buffer, int64_t length, const torch::Tensor& like) {
-  if (!buffer.defined() || buffer.numel() < length || buffer.device() != like.device()) {
-    buffer = torch::empty({length}, like.options());
-  }
-  return buffer.narrow(0, 0, length);
-}
+using detail::require;
 
 // The Adam settings both take: lr, betas, eps and weight decay, each in DeepSpeed's range.
 inline void check_adam_options(double lr, const std::array<double, 2>& betas, double eps, double weight_decay) {

@@ -34,8 +34,9 @@ def optimizer_section(optimizer):
     """The "optimizer" config section for a torch.optim optimizer; TypeError for a type the engine cannot run."""
     from .ops.adagrad import DeepSpeedCPUAdagrad
     from .ops.adam import DeepSpeedCPUAdam
+    from .ops.lamb import FusedLamb
     from .ops.lion import DeepSpeedCPULion
-    from .runtime.fp16.onebit import OnebitAdam, ZeroOneAdam
+    from .runtime.fp16.onebit import OnebitAdam, OnebitLamb, ZeroOneAdam
 
     name = type(optimizer).__name__
     groups = optimizer.param_groups
@@ -52,7 +53,7 @@ def optimizer_section(optimizer):
                              "setting of the others for all parameters")
     group = groups[0]
     _check_flags(name, group)
-    if isinstance(optimizer, (OnebitAdam, ZeroOneAdam)):
+    if isinstance(optimizer, (OnebitAdam, ZeroOneAdam, OnebitLamb, FusedLamb)):
         return optimizer.config_section()
     if isinstance(optimizer, DeepSpeedCPUAdam):
         params = _hyperparameters(group, ("lr", "betas", "eps", "weight_decay", "amsgrad"))
@@ -74,8 +75,8 @@ def optimizer_section(optimizer):
                                                    "eps"))}
     raise TypeError(f"dscpp.initialize: optimizer {type(optimizer).__module__}.{name} cannot be taken: the engine "
                     "runs its own optimizer and knows torch.optim.Adam, AdamW, SGD, Adagrad and DeepSpeed's "
-                    "DeepSpeedCPUAdam, DeepSpeedCPUAdagrad and DeepSpeedCPULion (dscpp.ops) and OnebitAdam, "
-                    "ZeroOneAdam (dscpp.runtime.fp16.onebit); pass one of those, or "
+                    "DeepSpeedCPUAdam, DeepSpeedCPUAdagrad, DeepSpeedCPULion and FusedLamb (dscpp.ops) and "
+                    "OnebitAdam, ZeroOneAdam, OnebitLamb (dscpp.runtime.fp16.onebit); pass one of those, or "
                     "an \"optimizer\" section in the config")
 
 

@@ -80,6 +80,13 @@ AdagradOptions parse_adagrad(JsonReader& p) {
   return o;
 }
 
+// The trust ratio's clamps, in DeepSpeed's range.
+void read_coeffs(JsonReader& p, double& max_coeff, double& min_coeff) {
+  max_coeff = p.get_number("max_coeff", max_coeff);
+  min_coeff = p.get_number("min_coeff", min_coeff);
+  p.require(min_coeff > 0 && min_coeff <= max_coeff, "min_coeff", "a number in (0, max_coeff]");
+}
+
 LambOptions parse_lamb(JsonReader& p) {
   LambOptions o;
   o.lr = read_lr(p, o.lr);
@@ -88,10 +95,12 @@ LambOptions parse_lamb(JsonReader& p) {
   o.eps = read_eps(p, o.eps);
   o.weight_decay = read_weight_decay(p);
   o.bias_correction = p.get_bool("bias_correction", true);
-  o.max_coeff = p.get_number("max_coeff", 10.0);
-  o.min_coeff = p.get_number("min_coeff", 0.01);
-  p.require(o.min_coeff > 0 && o.min_coeff <= o.max_coeff, "min_coeff", "a number in (0, max_coeff]");
-  p.accept({"eps_inside_sqrt", "max_grad_norm", "amsgrad"});
+  o.eps_inside_sqrt = p.get_bool("eps_inside_sqrt", false);
+  read_coeffs(p, o.max_coeff, o.min_coeff);
+  p.require(!p.get_bool("amsgrad", false), "amsgrad", "false (FusedLamb has no AMSGrad variant; DeepSpeed refuses it)");
+  // FusedLamb clips only when a fused fp16 optimizer hands it the gradient norms; in fp32 DeepSpeed fails on it.
+  p.require(p.get_number("max_grad_norm", 0.0) == 0.0, "max_grad_norm",
+            "0 (clip with the top-level gradient_clipping, which every optimizer here honours)");
   return o;
 }
 
@@ -133,6 +142,20 @@ OneBitAdamOptions parse_onebit_adam(JsonReader& p) {
   return o;
 }
 
+OneBitLambOptions parse_onebit_lamb(JsonReader& p) {
+  auto o = parse_onebit_common<OneBitLambOptions>(p, "OnebitLamb");
+  o.freeze_step = read_steps(p, "freeze_step", o.freeze_step, 0);
+  read_coeffs(p, o.max_coeff, o.min_coeff);
+  o.coeff_beta = p.get_number("coeff_beta", o.coeff_beta);
+  p.require(o.coeff_beta >= 0 && o.coeff_beta < 1, "coeff_beta", "a number in [0, 1)");
+  o.factor_max = p.get_number("factor_max", o.factor_max);
+  o.factor_min = p.get_number("factor_min", o.factor_min);
+  p.require(o.factor_min > 0 && o.factor_min <= o.factor_max, "factor_min", "a number in (0, factor_max]");
+  o.factor_threshold = p.get_number("factor_threshold", o.factor_threshold);
+  p.require(o.factor_threshold >= 0 && o.factor_threshold < 1, "factor_threshold", "a number in [0, 1)");
+  return o;
+}
+
 ZeroOneAdamOptions parse_zero_one_adam(JsonReader& p) {
   auto o = parse_onebit_common<ZeroOneAdamOptions>(p, "ZeroOneAdam");
   o.var_freeze_step = read_steps(p, "var_freeze_step", o.var_freeze_step, 0);
@@ -150,14 +173,11 @@ std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
     return std::nullopt;
   }
   JsonReader section = root.section("optimizer");
-  section.require(section.has("type"), "type", "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb|OneBitAdam|ZeroOneAdam");
+  section.require(section.has("type"), "type",
+                  "one of Adam|AdamW|SGD|Lion|Adagrad|Lamb|OneBitAdam|ZeroOneAdam|OneBitLamb");
   OptimizerConfig config;
   config.type = section.get_choice(
       "type", "", {"Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb"});
-  if (config.type == "OneBitLamb") {
-    throw ConfigError("optimizer.type: \"OneBitLamb\" is not supported yet by deepspeed.cpp (OneBitAdam and "
-                      "ZeroOneAdam are)");
-  }
   JsonReader params = section.section("params");
   if (config.type == "Adam" || config.type == "AdamW") {
     config.options = parse_adam(params, config.type == "AdamW");
@@ -171,6 +191,8 @@ std::optional<OptimizerConfig> parse_optimizer(JsonReader& root) {
     config.options = parse_lamb(params);
   } else if (config.type == "OneBitAdam") {
     config.options = parse_onebit_adam(params);
+  } else if (config.type == "OneBitLamb") {
+    config.options = parse_onebit_lamb(params);
   } else {
     config.options = parse_zero_one_adam(params);
   }

@@ -10,6 +10,29 @@ namespace {
   throw ConfigError(key + ": " + what + " is not supported yet by deepspeed.cpp");
 }
 
+// What the optimizers need of the rest of the config, refused as DeepSpeed refuses it, or where not built yet.
+void check_optimizer(const Config& config) {
+  const auto& options = config.optimizer->options;
+  const std::string type = "optimizer.type: \"" + config.optimizer->type + "\"";
+  const bool lamb = std::holds_alternative<LambOptions>(options);
+  const bool onebit_lamb = std::holds_alternative<OneBitLambOptions>(options);
+  if ((lamb || onebit_lamb) && config.fp16.scaler.static_scale > 0) {
+    throw ConfigError(type + " requires dynamic loss scaling, as DeepSpeed's does: fp16.loss_scale must be 0");
+  }
+  if (lamb && config.zero.offload_optimizer.device != OffloadDevice::kNone) {
+    // Offload steps the partition slice by slice; the trust ratio needs each tensor's norms before any moves.
+    reject("zero_optimization.offload_optimizer", "Lamb with an offloaded optimizer");
+  }
+  if (config.zero.stage != 0 && (onebit_lamb || std::holds_alternative<OneBitAdamOptions>(options) ||
+                                 std::holds_alternative<ZeroOneAdamOptions>(options))) {
+    // Their momentum is averaged whole on every rank, which a partitioned optimizer state would not have.
+    const char* name = onebit_lamb ? "1-bit LAMB" : std::holds_alternative<ZeroOneAdamOptions>(options) ? "0/1 Adam"
+                                                                                                     : "1-bit Adam";
+    throw ConfigError(type + " at zero_optimization.stage " + std::to_string(config.zero.stage) + ": " + name +
+                      " is not compatible with ZeRO (DeepSpeed refuses it too); use stage 0");
+  }
+}
+
 }  // namespace
 
 DType gradient_accumulation_dtype(const Config& config) {
@@ -32,18 +55,7 @@ void check_supported(const Config& config) {
   if (config.fp16.auto_cast) reject("fp16.auto_cast", "true");
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
-  if (config.optimizer && std::holds_alternative<LambOptions>(config.optimizer->options)) {
-    reject("optimizer.type", "\"Lamb\" (use Adam, AdamW, SGD, Lion or Adagrad)");
-  }
-  if (config.optimizer && config.zero.stage != 0 &&
-      (std::holds_alternative<OneBitAdamOptions>(config.optimizer->options) ||
-       std::holds_alternative<ZeroOneAdamOptions>(config.optimizer->options))) {
-    // Their momentum is averaged whole on every rank, which a partitioned optimizer state would not have.
-    const bool zero_one = std::holds_alternative<ZeroOneAdamOptions>(config.optimizer->options);
-    throw ConfigError("optimizer.type: \"" + config.optimizer->type + "\" at zero_optimization.stage " +
-                      std::to_string(config.zero.stage) + ": " + (zero_one ? "0/1 Adam" : "1-bit Adam") +
-                      " is not compatible with ZeRO (DeepSpeed refuses it too); use stage 0");
-  }
+  if (config.optimizer) check_optimizer(config);
   if (config.grad_accum_dtype && *config.grad_accum_dtype != gradient_accumulation_dtype(config)) {
     reject("data_types.grad_accum_dtype",
            "\"" + to_string(*config.grad_accum_dtype) + "\" at stage " + std::to_string(config.zero.stage) +

@@ -337,6 +337,23 @@ void set_param_groups(const std::vector<OptimizerParamGroup>& groups, const Conf
       std::to_string(rank) + "'s partition)");
 }
 
+// Where each model tensor's elements lie in this rank's master partition, for the optimizers that take each
+// tensor's norms (Lamb, 1-bit LAMB); a ZeRO partition holds pieces, whose sums the data-parallel ranks add up.
+void set_partition_tensors(const Config& config, ZeroStage& stage, FlatOptimizer& optimizer,
+                           std::shared_ptr<Comm> data, int rank) {
+  PartitionTensors tensors;
+  tensors.tensor_count = static_cast<int>(stage.layout().slots().size());
+  for (const auto& fragment : stage.master_fragments(rank)) {
+    tensors.ranges.push_back({stage.master_offset(fragment, rank), fragment.numel, fragment.slot});
+  }
+  std::sort(tensors.ranges.begin(), tensors.ranges.end(),
+            [](const TensorRange& a, const TensorRange& b) { return a.begin < b.begin; });
+  if (config.zero.stage > 0 && data->world_size() > 1) {
+    tensors.sum_over_ranks = [data](torch::Tensor& sums) { data->all_reduce(sums, ReduceOp::kSum).wait(); };
+  }
+  optimizer.set_partition_tensors(std::move(tensors));
+}
+
 // The lines a run starts with: the stage and its memory, and where offload puts what.
 void log_assembly(const EngineParts& parts, const InitOptions& options) {
   const auto& config = parts.config;
@@ -391,6 +408,12 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
     throw ConfigError("optimizer: the config has no \"optimizer\" section and the program passed none; add e.g. "
                       "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}");
   }
+  if (!config.optimizer) {
+    // The program's optimizer meets the config as the config's own would (ZeRO with a 1-bit one, Lamb offloaded).
+    Config with_client = config;
+    with_client.optimizer = optimizer_config;
+    check_supported(with_client);
+  }
 
   // The model: cast first, then flatten (the flat buffers are allocated in the compute dtype, the params views).
   held.dtype = to_scalar_type(config.compute_dtype());
@@ -431,18 +454,22 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   const auto kernels = offloaded || stage.master_params().device().is_cpu() ? OptimizerKernels::kCpuSimd
                                                                               : OptimizerKernels::kFused;
   const int64_t partition = offload.device == OffloadDevice::kNvme ? 0 : stage.master_params().numel();
-  if (is_onebit_optimizer(*optimizer_config)) {
-    // What they compress is one buffer averaged over the data group: every rank must hold the whole model.
-    if (layout.model_group() || layout.expert_parallel() > 1 || options.pipeline_group) {
-      throw ConfigError("optimizer.type: \"" + optimizer_config->type + "\" with tensor, pipeline or expert "
-                        "parallelism is not supported yet by deepspeed.cpp (it compresses over data-parallel ranks "
-                        "that hold the whole model)");
-    }
+  const bool onebit = is_onebit_optimizer(*optimizer_config);
+  const bool per_tensor = std::holds_alternative<LambOptions>(optimizer_config->options) ||
+                          std::holds_alternative<OneBitLambOptions>(optimizer_config->options);
+  if ((onebit || per_tensor) && (layout.model_group() || layout.expert_parallel() > 1 || options.pipeline_group)) {
+    // The 1-bit ones compress one buffer averaged over data-parallel ranks that hold the whole model; Lamb's
+    // per-tensor norms are summed over the data-parallel group only.
+    throw ConfigError("optimizer.type: \"" + optimizer_config->type + "\" with tensor, pipeline or expert "
+                      "parallelism is not supported yet by deepspeed.cpp");
+  }
+  if (onebit) {
     parts.optimizer =
         make_onebit_optimizer(*optimizer_config, partition, stage.master_params().options(), layout.data_group());
   } else {
     parts.optimizer = make_flat_optimizer(*optimizer_config, partition, stage.master_params().options(), kernels);
   }
+  if (per_tensor) set_partition_tensors(config, stage, *parts.optimizer, layout.data_group(), rank);
   if (!options.param_groups.empty()) set_param_groups(options.param_groups, config, stage, *parts.optimizer, rank, log);
   if (std::holds_alternative<ZeroOneAdamOptions>(optimizer_config->options)) {
     for (const auto& group : parts.optimizer->groups()) {

@@ -114,6 +114,11 @@ std::vector<Checkpointer::ShardTensor> Checkpointer::shard_contents(const std::v
     out.push_back({shard_tensor_name(kOptimizerRankKind, rank_state[i].first), kOptimizerRankKind, {},
                    static_cast<int>(i)});
   }
+  const auto replicated = s_.optimizer.replicated_state();
+  for (size_t i = 0; i < replicated.size(); ++i) {
+    out.push_back({shard_tensor_name(kOptimizerReplicatedKind, replicated[i].first), kOptimizerReplicatedKind, {},
+                   static_cast<int>(i)});
+  }
   out.push_back({kRngTensor, kRngTensor, {}});
   // Dropout on a GPU draws from the GPU's generator: without its state a resumed run would not be exact.
   if (s_.device.is_cuda()) out.push_back({kRngCudaTensor, kRngCudaTensor, {}});
@@ -182,11 +187,13 @@ void Checkpointer::write_shard(const std::string& staging, const std::string& ta
   // as it writes it, so no second copy of the partition exists.
   const auto kinds = s_.optimizer.state_kinds();
   const auto rank_state = s_.optimizer.rank_state();
+  const auto replicated = s_.optimizer.replicated_state();
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng.cpu();
     if (t.kind == kRngCudaTensor) return rng.cuda();
     if (t.kind == kModuleKind) return s_.module_state[t.index].tensor.detach().cpu();
     if (t.kind == kOptimizerRankKind) return rank_state.at(t.index).second.cpu();
+    if (t.kind == kOptimizerReplicatedKind) return replicated.at(t.index).second.cpu();
     const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
     const int kind = master ? 0 : 1 + static_cast<int>(std::find(kinds.begin(), kinds.end(), t.kind) - kinds.begin());
     return master_state(kind, master_offset(t.fragment), t.fragment.numel);
@@ -324,6 +331,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   torch::Tensor rng_state, cuda_rng_state;
   std::vector<torch::Tensor> module_values;  // per module_state entry: its saved value, or undefined (kept)
   std::vector<torch::Tensor> rank_state;     // per optimizer rank_state() entry: its saved value, or undefined (zeros)
+  std::vector<torch::Tensor> replicated;     // per replicated_state() entry: its saved value, or undefined (kept)
   std::set<std::string> saved;  // the parameters the checkpoint has (all of this model's, when strict)
   for (const auto& p : m.params) saved.insert(p.name);
   int64_t kept_params = 0;
@@ -341,6 +349,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
       }
     }
     if (optimizer_states) rank_state = read_rank_state(*checkpoint);
+    if (optimizer_states) replicated = read_replicated_state(*checkpoint);
     if (world_rank() < m.world_size && !options.load_module_only) {
       rng_state = checkpoint->read(world_rank(), kRngTensor);
       if (s_.device.is_cuda() && m.files[world_rank()].tensor_crc32.count(kRngCudaTensor)) {
@@ -366,6 +375,10 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
           ours[i].second.zero_();
         }
       }
+      auto replicated_ours = s_.optimizer.replicated_state();
+      for (size_t i = 0; i < replicated_ours.size(); ++i) {
+        if (replicated[i].defined()) replicated_ours[i].second.copy_(replicated[i]);
+      }
     }
   }
   if (optimizer_states) s_.optimizer.set_step_count(m.optimizer_step_count);
@@ -381,6 +394,25 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
          ")" +
          (kept_params ? "; " + std::to_string(kept_params) + " parameters it does not have keep their values" : ""));
   return loaded;
+}
+
+// Rank 0's saved value of each of the optimizer's replicated_state() entries, whatever the world size that wrote
+// it; undefined where the checkpoint has none (written by another optimizer: the state keeps its start).
+std::vector<torch::Tensor> Checkpointer::read_replicated_state(CheckpointReader& checkpoint) const {
+  const auto ours = s_.optimizer.replicated_state();
+  std::vector<torch::Tensor> out(ours.size());
+  const Manifest& m = checkpoint.manifest();
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const auto name = shard_tensor_name(kOptimizerReplicatedKind, ours[i].first);
+    if (m.files.empty() || !m.files[0].tensor_crc32.count(name)) continue;
+    auto value = checkpoint.read(0, name);
+    if (value.sizes() != ours[i].second.sizes()) {
+      throw CheckpointError(checkpoint.tag_dir() + ": " + name + " is " + c10::str(value.sizes()) + ", this run's " +
+                            c10::str(ours[i].second.sizes()) + " (a checkpoint of another model)");
+    }
+    out[i] = std::move(value);
+  }
+  return out;
 }
 
 // This rank's saved value of each of the optimizer's rank_state() entries, or undefined ones (the state starts at

@@ -27,11 +27,14 @@ inline void check_adam_options(double lr, const std::array<double, 2>& betas, do
   require(weight_decay >= 0.0, "weight_decay", "must be >= 0", weight_decay);
 }
 
-// The two optimizers (onebit_adam.cpp, zero_one_adam.cpp), options checked there; `state_options` already fp32.
+// The three optimizers (onebit_adam.cpp, zero_one_adam.cpp, onebit_lamb.cpp), options checked there;
+// `state_options` already fp32.
 std::unique_ptr<FlatOptimizer> make_onebit_adam(const OneBitAdamOptions& options, int64_t numel,
                                                 const torch::TensorOptions& state_options, std::shared_ptr<Comm> comm);
 std::unique_ptr<FlatOptimizer> make_zero_one_adam(const ZeroOneAdamOptions& options, int64_t numel,
                                                   const torch::TensorOptions& state_options,
                                                   std::shared_ptr<Comm> comm);
+std::unique_ptr<FlatOptimizer> make_onebit_lamb(const OneBitLambOptions& options, int64_t numel,
+                                                const torch::TensorOptions& state_options, std::shared_ptr<Comm> comm);
 
 }  // namespace dscpp::onebit

@@ -12,7 +12,8 @@ namespace dscpp {
 
 bool is_onebit_optimizer(const OptimizerConfig& config) {
   return std::holds_alternative<OneBitAdamOptions>(config.options) ||
-         std::holds_alternative<ZeroOneAdamOptions>(config.options);
+         std::holds_alternative<ZeroOneAdamOptions>(config.options) ||
+         std::holds_alternative<OneBitLambOptions>(config.options);
 }
 
 std::unique_ptr<FlatOptimizer> make_onebit_optimizer(const OptimizerConfig& config, int64_t numel,
@@ -27,8 +28,11 @@ std::unique_ptr<FlatOptimizer> make_onebit_optimizer(const OptimizerConfig& conf
   if (const auto* o = std::get_if<ZeroOneAdamOptions>(&config.options)) {
     return onebit::make_zero_one_adam(*o, numel, options, std::move(comm));
   }
+  if (const auto* o = std::get_if<OneBitLambOptions>(&config.options)) {
+    return onebit::make_onebit_lamb(*o, numel, options, std::move(comm));
+  }
   throw std::invalid_argument("make_onebit_optimizer: optimizer.type \"" + config.type +
-                              "\" is not a 1-bit optimizer (OneBitAdam, ZeroOneAdam)");
+                              "\" is not a 1-bit optimizer (OneBitAdam, ZeroOneAdam, OneBitLamb)");
 }
 
 }  // namespace dscpp

@@ -114,6 +114,30 @@ void FlatOptimizer::set_groups(std::vector<GroupSettings> groups, std::vector<Gr
   group_ranges_ = std::move(merged);
 }
 
+GroupSettings FlatOptimizer::group_at(int64_t offset) const {
+  // The last range beginning at or before `offset`, if it reaches it.
+  auto it = std::upper_bound(group_ranges_.begin(), group_ranges_.end(), offset,
+                             [](int64_t o, const GroupRange& r) { return o < r.begin; });
+  if (it == group_ranges_.begin()) return {};
+  --it;
+  return offset < it->begin + it->numel ? groups_[it->group] : GroupSettings{};
+}
+
+void FlatOptimizer::set_partition_tensors(PartitionTensors tensors) {
+  int64_t previous_end = 0;
+  for (const auto& r : tensors.ranges) {
+    if (r.numel < 0 || r.begin < previous_end || r.begin + r.numel > numel() || r.tensor < 0 ||
+        r.tensor >= tensors.tensor_count) {
+      throw std::invalid_argument(name() + ": tensor range [" + std::to_string(r.begin) + ", " +
+                                  std::to_string(r.begin + r.numel) + ") of tensor " + std::to_string(r.tensor) +
+                                  " is not sorted, disjoint and inside the partition of " + std::to_string(numel()) +
+                                  " elements, or names no tensor of " + std::to_string(tensors.tensor_count));
+    }
+    previous_end = r.begin + r.numel;
+  }
+  tensors_ = std::move(tensors);
+}
+
 void FlatOptimizer::set_group_lr(int group, std::optional<double> lr) {
   if (group < 0 || group >= static_cast<int>(groups_.size())) {
     throw std::invalid_argument(name() + ": set_group_lr: no parameter group " + std::to_string(group) +
@@ -133,7 +157,7 @@ std::vector<std::string> FlatOptimizer::state_kinds() {
 
 namespace {
 
-constexpr const char* kSupported = "supported: Adam, AdamW, SGD, Lion, Adagrad";
+constexpr const char* kSupported = "supported: Adam, AdamW, SGD, Lion, Adagrad, Lamb";
 
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
@@ -157,6 +181,8 @@ bool type_matches(const std::string& type) {
     return t == "onebitadam";
   } else if constexpr (std::is_same_v<T, ZeroOneAdamOptions>) {
     return t == "zerooneadam";
+  } else if constexpr (std::is_same_v<T, OneBitLambOptions>) {
+    return t == "onebitlamb";
   } else {
     static_assert(std::is_same_v<T, LambOptions>, "every optimizer alternative needs a type name");
     return t == "lamb";
@@ -167,10 +193,6 @@ bool type_matches(const std::string& type) {
 
 std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config, int64_t numel,
                                                    const torch::TensorOptions& options, OptimizerKernels kernels) {
-  if (lower(config.type) == "lamb" || std::holds_alternative<LambOptions>(config.options)) {
-    throw std::invalid_argument("optimizer.type \"" + (config.type.empty() ? std::string("Lamb") : config.type) +
-                                "\" is not supported yet (" + kSupported + ")");
-  }
   if (numel < 0) throw std::invalid_argument("make_flat_optimizer: numel must be >= 0, got " + std::to_string(numel));
   // Master weights and optimizer state are fp32 whatever the model's dtype.
   const torch::TensorOptions state_options = options.dtype(torch::kFloat32).requires_grad(false);
@@ -194,12 +216,12 @@ std::unique_ptr<FlatOptimizer> make_flat_optimizer(const OptimizerConfig& config
           return detail::make_flat_lion(o, numel, state_options);
         } else if constexpr (std::is_same_v<T, AdagradOptions>) {
           return detail::make_flat_adagrad(o, numel, state_options);
-        } else if constexpr (std::is_same_v<T, OneBitAdamOptions> || std::is_same_v<T, ZeroOneAdamOptions>) {
+        } else if constexpr (std::is_same_v<T, LambOptions>) {
+          return detail::make_flat_lamb(o, numel, state_options);
+        } else {
           // They average over the data-parallel ranks: dscpp/onebit/ builds them with those.
           throw std::invalid_argument("optimizer.type \"" + config.type + "\" needs the data-parallel comm: build "
                                       "it with make_onebit_optimizer (dscpp/onebit/onebit_optimizer.h)");
-        } else {
-          throw std::logic_error("unreachable: Lamb is rejected above");
         }
       },
       config.options);

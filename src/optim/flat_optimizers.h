@@ -35,5 +35,7 @@ std::unique_ptr<FlatOptimizer> make_flat_lion(const LionOptions& options, int64_
                                               const torch::TensorOptions& state_options);
 std::unique_ptr<FlatOptimizer> make_flat_adagrad(const AdagradOptions& options, int64_t numel,
                                                  const torch::TensorOptions& state_options);
+std::unique_ptr<FlatOptimizer> make_flat_lamb(const LambOptions& options, int64_t numel,
+                                              const torch::TensorOptions& state_options);
 
 }  // namespace dscpp::detail

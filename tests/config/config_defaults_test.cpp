@@ -136,9 +136,22 @@ TEST(ConfigDefaults, OptimizerParamsPerType) {
   const auto g = std::get<AdagradOptions>(optimizer("Adagrad").options);
   EXPECT_EQ(g.lr, 1e-2);
   EXPECT_EQ(g.eps, 1e-10);
-  // Lamb's params parse, but the engine has no Lamb: refused at parse, as dscpp::initialize would.
-  EXPECT_NE(testing::error_of({{"train_batch_size", 1}, {"optimizer", {{"type", "Lamb"}}}})
-                .find("optimizer.type: \"Lamb\""),
+  const auto lamb = std::get<LambOptions>(optimizer("Lamb").options);
+  EXPECT_EQ(lamb.lr, 1e-3);
+  EXPECT_EQ(lamb.max_coeff, 10.0);
+  EXPECT_EQ(lamb.min_coeff, 0.01);
+  EXPECT_TRUE(lamb.bias_correction);
+  EXPECT_FALSE(lamb.eps_inside_sqrt);
+  const auto onebit_lamb = std::get<OneBitLambOptions>(optimizer("OneBitLamb").options);
+  EXPECT_EQ(onebit_lamb.freeze_step, 100000);
+  EXPECT_EQ(onebit_lamb.coeff_beta, 0.9);
+  EXPECT_EQ(onebit_lamb.factor_max, 4.0);
+  EXPECT_EQ(onebit_lamb.factor_min, 0.5);
+  EXPECT_EQ(onebit_lamb.factor_threshold, 0.1);
+  // DeepSpeed asserts dynamic loss scaling for both.
+  EXPECT_NE(testing::error_of({{"train_batch_size", 1}, {"fp16", {{"enabled", true}, {"loss_scale", 128}}},
+                               {"optimizer", {{"type", "Lamb"}}}})
+                .find("requires dynamic loss scaling"),
             std::string::npos);
 }
 

@@ -66,7 +66,8 @@ std::vector<Row> table() {
       {"optimizer.params.fused", true, K::kHarmless, "a kernel choice of torch's; the same update"},
       {"optimizer.params.set_grad_none", true, K::kHarmless, "gradients are freed or zeroed the same way either way"},
       {"optimizer.legacy_fusion", true, K::kHarmless, "a kernel choice of DeepSpeed's fp16 optimizer"},
-      {"optimizer.type", "Lamb", K::kRefused, "optimizer.type: \"Lamb\""},
+      {"optimizer.type", "Lamb", K::kActs, "FlatLamb.*",
+       [](const Config& c) { return std::holds_alternative<LambOptions>(c.optimizer->options); }},
       {"scheduler.type", "WarmupLR", K::kActs, "WarmupLR.*", [](const Config& c) { return c.scheduler.has_value(); }},
       // Communication.
       {"communication_data_type", "fp32", K::kActs, "untested: make_stage_context passes it to every stage as the wire dtype",

@@ -1,10 +1,13 @@
-// Flat optimizers against torch::optim on the same inputs (Lion against its update rule written out):
+// Flat optimizers against torch::optim on the same inputs (Lion and Lamb against their update rules written out):
 // 10 steps with non-trivial gradients and a changing lr, relative error <= 1e-6 on the parameters.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -259,6 +262,102 @@ TEST(FlatLion, MatchesTheUpdateRuleWrittenOut) {
   EXPECT_GT(rel_error(param, initial_param(kNumel)), 1e-3);
 }
 
+// DeepSpeed's FusedLamb kernel (csrc/lamb/fused_lamb_cuda_kernel.cu) written out, tensor by tensor: Adam's moments;
+// update = m / (√v + ε) + wd·p (or m / √(v + ε)); ratio ‖p‖ / ‖update‖ clamped to [min_coeff, max_coeff], 1 where a
+// norm is 0; p −= lr·√(1−β2^t)/(1−β1^t)·ratio·update (lr alone without bias correction).
+struct LambReference {
+  LambOptions o;
+  std::vector<std::pair<int64_t, int64_t>> tensors;  // (begin, numel)
+  std::vector<double> decay;                          // per tensor
+  std::vector<std::optional<double>> group_lr;        // per tensor: its group's lr, or the step's
+  torch::Tensor m = torch::zeros({kNumel}), v = torch::zeros({kNumel});
+  int t = 0;
+
+  void step(torch::Tensor& p, const torch::Tensor& g, double lr) {
+    ++t;
+    const double b1 = o.betas[0], b2 = o.betas[1];
+    m = b1 * m + (1 - b1) * g;
+    v = b2 * v + (1 - b2) * g * g;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const double lr_i = group_lr[i].value_or(lr);
+      const double step_size =
+          o.bias_correction ? lr_i * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t)) : lr_i;
+      const auto [begin, n] = tensors[i];
+      auto pt = p.narrow(0, begin, n);
+      const auto vt = v.narrow(0, begin, n);
+      const auto denom = o.eps_inside_sqrt ? (vt + o.eps).sqrt() : vt.sqrt() + o.eps;
+      const auto update = m.narrow(0, begin, n) / denom + decay[i] * pt;
+      const double w = pt.norm().item<double>(), u = update.norm().item<double>();
+      const double ratio = w != 0 && u != 0 ? std::clamp(w / u, o.min_coeff, o.max_coeff) : 1.0;
+      pt.sub_(step_size * ratio * update);
+    }
+  }
+};
+
+// Four tensors (one of them zero, whose ratio is 1), the first in a group without weight decay and an lr of its own.
+TEST(FlatLamb, FollowsFusedLambTensorByTensor) {
+  const std::vector<std::pair<int64_t, int64_t>> tensors = {{0, 100}, {100, 400}, {500, 31}, {531, 500}};
+  for (int variant = 0; variant < 3; ++variant) {
+    LambOptions o;
+    o.lr = 0.01;
+    o.weight_decay = 0.05;
+    o.bias_correction = variant != 1;
+    o.eps_inside_sqrt = variant == 2;
+    o.max_coeff = variant == 2 ? 0.5 : 10.0;  // the clamp at work
+    auto ours = make("Lamb", o);
+    PartitionTensors layout;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      layout.ranges.push_back({tensors[i].first, tensors[i].second, static_cast<int>(i)});
+    }
+    layout.tensor_count = static_cast<int>(tensors.size());
+    ours->set_partition_tensors(layout);
+    ours->set_groups({GroupSettings{0.0, 0.005}}, {GroupRange{0, 100, 0}});
+    LambReference ref{o, tensors, {0.0, 0.05, 0.05, 0.05}, {0.005, std::nullopt, std::nullopt, std::nullopt}};
+    auto p = initial_param(kNumel);
+    p.narrow(0, 500, 31).zero_();  // ‖p‖ = 0 there
+    auto q = p.clone();
+    for (int k = 0; k < kSteps; ++k) {
+      const auto g = grad_at(k, kNumel);
+      const double lr = lr_at(k, o.lr);
+      ours->step(p, g, lr);
+      ref.step(q, g, lr);
+      ASSERT_LE(rel_error(p, q), 1e-6) << "variant " << variant << " step " << k + 1;
+    }
+    EXPECT_GT(rel_error(p, initial_param(kNumel)), 1e-3);
+    EXPECT_EQ(ours->step_count(), kSteps);
+  }
+}
+
+// Each tensor moves by lr·ratio·update: its relative change is about lr whatever its scale, which is LAMB's point.
+// A tensor 1000x larger moves 1000x more; without tensors given, the partition is one tensor.
+TEST(FlatLamb, EachTensorMovesInProportionToItsNorm) {
+  LambOptions o;
+  o.lr = 0.01;
+  o.bias_correction = false;
+  o.max_coeff = 1e6;
+  auto ours = make("Lamb", o, 200);
+  PartitionTensors layout;
+  layout.ranges = {{0, 100, 0}, {100, 100, 1}};
+  layout.tensor_count = 2;
+  ours->set_partition_tensors(layout);
+  torch::manual_seed(3);
+  auto p = torch::randn({200});
+  p.narrow(0, 100, 100).mul_(1000);
+  const auto before = p.clone();
+  ours->step(p, torch::randn({200}), o.lr);
+  const auto moved = (p - before);
+  const double small = moved.narrow(0, 0, 100).norm().item<double>() / before.narrow(0, 0, 100).norm().item<double>();
+  const double large =
+      moved.narrow(0, 100, 100).norm().item<double>() / before.narrow(0, 100, 100).norm().item<double>();
+  EXPECT_NEAR(small, o.lr, 1e-6);
+  EXPECT_NEAR(large, o.lr, 1e-6);
+  PartitionTensors bad;
+  bad.ranges = {{0, 100, 0}, {50, 100, 1}};
+  bad.tensor_count = 2;
+  EXPECT_THROW(ours->set_partition_tensors(bad), std::invalid_argument);  // overlapping ranges
+  EXPECT_THROW(ours->update(OptimizerSlice{p, p, {}, {}, std::nullopt}, 0.1), std::logic_error);
+}
+
 TEST(FlatOptimizer, StateNamesAndRestoreContinuesExactly) {
   AdamOptions o;
   o.lr = 0.02;
@@ -295,8 +394,11 @@ TEST(FlatOptimizer, UnsupportedChoicesAreClearErrors) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(error_of("Lamb", LambOptions{}),
-            "optimizer.type \"Lamb\" is not supported yet (supported: Adam, AdamW, SGD, Lion, Adagrad)");
+  LambOptions bad_coeffs;
+  bad_coeffs.min_coeff = 20.0;  // above max_coeff
+  EXPECT_NE(error_of("Lamb", bad_coeffs).find("optimizer.params.min_coeff must be in (0, max_coeff]"),
+            std::string::npos);
+  EXPECT_NE(error_of("OneBitLamb", OneBitLambOptions{}).find("needs the data-parallel comm"), std::string::npos);
   SgdOptions nesterov;
   nesterov.nesterov = true;
   EXPECT_NE(error_of("SGD", nesterov).find("optimizer.params.nesterov requires momentum > 0"), std::string::npos);

@@ -586,6 +586,59 @@ def test_zero_one_adam_by_its_deepspeed_name_is_the_engines_zero_one_adam():
         ZeroOneAdam(model.parameters(), deepspeed=engine)
 
 
+def test_lamb_by_its_deepspeed_names_is_the_engines_lamb():
+    # deepspeed.ops.lamb.FusedLamb as the client optimizer trains as the config's "Lamb" with the same settings, bit
+    # for bit; OnebitLamb becomes "OneBitLamb", whose first step is DeepSpeed's set-up step.
+    from dscpp.ops.lamb import FusedLamb
+    from dscpp.runtime.fp16.onebit import OnebitLamb
+
+    def run(client):
+        torch.manual_seed(0)
+        model = make_model("gpt")
+        c = config(gradient_clipping=0)
+        if client:
+            del c["optimizer"]
+            optimizer = FusedLamb(model.parameters(), lr=1e-2, weight_decay=0.01, max_coeff=5.0)
+        else:
+            c["optimizer"] = {"type": "Lamb", "params": {"lr": 1e-2, "weight_decay": 0.01, "max_coeff": 5.0}}
+            optimizer = None
+        engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
+        assert engine.config["optimizer"]["type"] == "Lamb"
+        for s in range(3):
+            engine.backward(engine(tokens()))
+            engine.step()
+        return [p.detach().clone() for p in model.parameters()], optimizer
+
+    ours, optimizer = run(True)
+    theirs, _ = run(False)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    torch.manual_seed(0)
+    assert not any(torch.equal(a, b) for a, b in zip(ours, make_model("gpt").parameters()))
+    with pytest.raises(RuntimeError, match="runs inside the engine"):
+        optimizer.step()
+    with pytest.raises(ValueError, match="max_grad_norm"):
+        FusedLamb(make_model("gpt").parameters(), max_grad_norm=1.0)
+
+    model = make_model("gpt")
+    c = config(gradient_clipping=0)
+    del c["optimizer"]
+    onebit = OnebitLamb(model.parameters(), lr=1e-2, freeze_step=5, weight_decay=0.01, coeff_beta=0.8,
+                        factor_max=3.0)
+    engine, _, _, _ = dscpp.initialize(model=model, optimizer=onebit, config=c)
+    params = engine.config["optimizer"]["params"]
+    assert engine.config["optimizer"]["type"] == "OneBitLamb"
+    assert params["freeze_step"] == 5 and params["coeff_beta"] == 0.8 and params["factor_max"] == 3.0
+    before = [p.detach().clone() for p in model.parameters()]
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    with pytest.raises(ValueError, match="eps_inside_sqrt"):
+        OnebitLamb(model.parameters(), eps_inside_sqrt=True)
+
+
 def test_compile_compiles_the_modules_forward_at_zero_0_to_2():
     # Accelerate calls engine.compile(backend=..., compile_kwargs=...) when dynamo is on. The "eager" backend runs
     # the captured graph as is: the same losses as without compile, and the module's forward is the compiled one.

@@ -39,6 +39,9 @@ constexpr const char* kModuleKind = "module";   // a buffer or frozen parameter,
 // The optimizer's state of one rank at one world size (FlatOptimizer::rank_state, e.g. 1-bit Adam's error feedback),
 // by its name: "optimizer_rank/worker_error".
 constexpr const char* kOptimizerRankKind = "optimizer_rank";
+// Optimizer state every rank holds identically (FlatOptimizer::replicated_state, e.g. 1-bit LAMB's per-tensor
+// coefficients), in every rank's file, read back from rank 0's: "optimizer_replicated/last_factor".
+constexpr const char* kOptimizerReplicatedKind = "optimizer_replicated";
 
 struct ParamEntry {
   std::string name;

@@ -13,8 +13,9 @@ namespace dscpp {
 DType gradient_accumulation_dtype(const Config& config);
 
 // Throws ConfigError naming the key for every setting DeepSpeed accepts that this engine does not support yet
-// (offload at stage 0, partial offload, fp16.auto_cast, wandb, round_robin_gradients, Lamb, a grad_accum_dtype
-// other than the one this config accumulates in).
+// (offload at stage 0, partial offload, fp16.auto_cast, wandb, round_robin_gradients, Lamb offloaded, a
+// grad_accum_dtype other than the one this config accumulates in), and for the optimizer combinations DeepSpeed
+// refuses (Lamb and 1-bit LAMB with a static loss scale, the 1-bit optimizers with ZeRO).
 void check_supported(const Config& config);
 
 }  // namespace dscpp

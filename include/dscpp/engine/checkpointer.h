@@ -122,8 +122,9 @@ class Checkpointer {
   struct ShardTensor {
     std::string name;  // in the file
     std::string kind;
-    ShardFragment fragment;  // unused for kRngTensor, kModuleKind and kOptimizerRankKind
-    // kModuleKind: its index in CheckpointedState::module_state; kOptimizerRankKind: in the optimizer's rank_state()
+    ShardFragment fragment;  // unused for kRngTensor, kModuleKind and the optimizer's rank and replicated kinds
+    // kModuleKind: its index in CheckpointedState::module_state; kOptimizerRankKind: in the optimizer's
+    // rank_state(); kOptimizerReplicatedKind: in its replicated_state()
     int index = -1;
   };
 
@@ -154,6 +155,8 @@ class Checkpointer {
                         bool schedule_position);
   // This rank's saved value of each of the optimizer's rank_state() entries (undefined: none for this world size).
   std::vector<torch::Tensor> read_rank_state(CheckpointReader& checkpoint) const;
+  // The first rank's saved value of each of the optimizer's replicated_state() entries (undefined: not saved).
+  std::vector<torch::Tensor> read_replicated_state(CheckpointReader& checkpoint) const;
   // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state). With model

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,25 @@ struct GroupRange {
   int group = 0;
 };
 
+// Where one model tensor's elements lie in the partition (FlatOptimizer::set_partition_tensors).
+struct TensorRange {
+  int64_t begin = 0;
+  int64_t numel = 0;
+  int tensor = 0;  // which of the model's tensors, the same index on every rank
+};
+
+// The model's tensors as they lie in this rank's partition, for optimizers whose update depends on each whole tensor
+// (LAMB's trust ratio, 1-bit LAMB's scaling coefficients); the others ignore it.
+struct PartitionTensors {
+  // Sorted by begin, disjoint, inside the partition; elements in none of them (ZeRO's padding) belong to no tensor.
+  std::vector<TensorRange> ranges;
+  int tensor_count = 0;  // ranges name tensors in [0, tensor_count) on every rank
+  // Sums a (rows, tensor_count) fp32 tensor in place over the ranks holding the other pieces of these tensors (a
+  // ZeRO partition holds pieces); empty where this rank holds each of its tensors whole. Every rank of that group
+  // calls it in the same steps, as any collective.
+  std::function<void(torch::Tensor&)> sum_over_ranks;
+};
+
 class FlatOptimizer {
  public:
   virtual ~FlatOptimizer() = default;
@@ -76,6 +96,13 @@ class FlatOptimizer {
   void set_group_lr(int group, std::optional<double> lr);
   const std::vector<GroupSettings>& groups() const { return groups_; }
   const std::vector<GroupRange>& group_ranges() const { return group_ranges_; }
+  // The settings of the group holding partition element `offset` (all unset outside every group's ranges).
+  GroupSettings group_at(int64_t offset) const;
+
+  // The model's tensors in this partition (std::invalid_argument unless the ranges are sorted, disjoint, inside
+  // the partition and name tensors in [0, tensor_count)). Never set: the whole partition is one tensor.
+  void set_partition_tensors(PartitionTensors tensors);
+  const PartitionTensors& partition_tensors() const { return tensors_; }
 
   // The partition size given at construction.
   virtual int64_t numel() const = 0;
@@ -100,6 +127,10 @@ class FlatOptimizer {
   // feedback): checkpoints keep it in the rank's own file, and only a run of the same world size takes it back.
   // Aliases the optimizer's storage, as state_tensors().
   virtual std::vector<std::pair<std::string, torch::Tensor>> rank_state() { return {}; }
+  // Small state every rank holds identically, not per element (1-bit LAMB's per-tensor coefficients): checkpoints
+  // keep it in every rank's file, and a run of any world size takes it back from the first rank's. Aliases the
+  // optimizer's storage, as state_tensors().
+  virtual std::vector<std::pair<std::string, torch::Tensor>> replicated_state() { return {}; }
 
   // Number of updates taken (Adam's bias-correction step).
   virtual int64_t step_count() const = 0;
@@ -110,6 +141,7 @@ class FlatOptimizer {
  private:
   std::vector<GroupSettings> groups_;
   std::vector<GroupRange> group_ranges_;
+  PartitionTensors tensors_;
 };
 
 // Which arithmetic updates the partition.

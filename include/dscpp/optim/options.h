@@ -48,13 +48,17 @@ struct AdagradOptions {
   double eps = 1e-10;
 };
 
-// Lamb is parsed so configs that name it are accepted; enabling it is "not supported yet".
+// DeepSpeed's Lamb (You et al. 2020; its FusedLamb, deepspeed/ops/lamb/fused_lamb.py and
+// csrc/lamb/fused_lamb_cuda_kernel.cu): Adam's moments, then each parameter tensor moves by its update scaled by the
+// trust ratio ||p|| / ||update||, clamped to [min_coeff, max_coeff] (1 where either norm is 0). The ratio is taken
+// on the update before bias correction; bias correction scales the step: lr·√(1−β2^t)/(1−β1^t).
 struct LambOptions {
   double lr = 1e-3;
   std::array<double, 2> betas{0.9, 0.999};
   double eps = 1e-8;
-  double weight_decay = 0.0;
+  double weight_decay = 0.0;  // added to the update (w·p) before the trust ratio, as DeepSpeed's kernel does
   bool bias_correction = true;
+  bool eps_inside_sqrt = false;  // √(v + ε) instead of √v + ε
   double max_coeff = 10.0;
   double min_coeff = 0.01;
 };
@@ -93,11 +97,32 @@ struct ZeroOneAdamOptions {
   bool cuda_aware = false;
 };
 
-using OptimizerOptions = std::variant<AdamOptions, SgdOptions, LionOptions, AdagradOptions, LambOptions,
-                                      OneBitAdamOptions, ZeroOneAdamOptions>;
+// DeepSpeed's OnebitLamb (Li et al. 2021, "1-bit LAMB"; deepspeed/runtime/fp16/onebit/lamb.py of DeepSpeed 0.19.6):
+// LAMB without bias correction on averaged gradients for `freeze_step` steps, each tensor's trust ratio also
+// averaged (coeff_beta) into a frozen one; then the variance frozen, the momentum averaged by the 1-bit all-reduce
+// (each tensor's momentum scaled to one common magnitude first), and each tensor's step the frozen ratio times a
+// factor from a fresh variance estimate, clamped to [factor_min, factor_max] and to ±factor_threshold of the last.
+struct OneBitLambOptions {
+  double lr = 1e-3;
+  std::array<double, 2> betas{0.9, 0.999};
+  double eps = 1e-8;
+  double weight_decay = 0.0;
+  int64_t freeze_step = 100000;
+  double max_coeff = 10.0;
+  double min_coeff = 0.01;
+  double coeff_beta = 0.9;
+  double factor_max = 4.0;
+  double factor_min = 0.5;
+  double factor_threshold = 0.1;
+  std::string comm_backend_name = "nccl";  // as OneBitAdamOptions
+  bool cuda_aware = false;
+};
 
-// "Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam" as DeepSpeed spells them (matched
-// case-insensitively).
+using OptimizerOptions = std::variant<AdamOptions, SgdOptions, LionOptions, AdagradOptions, LambOptions,
+                                      OneBitAdamOptions, ZeroOneAdamOptions, OneBitLambOptions>;
+
+// "Adam", "AdamW", "SGD", "Lion", "Adagrad", "Lamb", "OneBitAdam", "ZeroOneAdam", "OneBitLamb" as DeepSpeed spells
+// them (matched case-insensitively).
 struct OptimizerConfig {
   std::string type;              // canonical spelling, e.g. "AdamW"
   OptimizerOptions options;

@@ -246,6 +246,7 @@ ModelStateMemory Engine::memory() const {
   m.stage = stage_->memory();
   for (auto& [name, tensor] : optimizer_->state_tensors()) m.optimizer_state += tensor.nbytes();
   for (auto& [name, tensor] : optimizer_->rank_state()) m.optimizer_state += tensor.nbytes();
+  for (auto& [name, tensor] : optimizer_->replicated_state()) m.optimizer_state += tensor.nbytes();
   return m;
 }
 

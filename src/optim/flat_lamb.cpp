@@ -42,7 +42,7 @@ class FlatLamb final : public FlatOptimizer {
     // Row 0: Σp², row 1: Σupdate², per tensor.
     auto sums = torch::zeros({2, count}, param.options());
     for (const auto& r : ranges) {
-      const double decay = weight_decay_at(r.begin);
+      const double decay = group_at(r.begin).weight_decay.value_or(options_.weight_decay);
       for_each_chunk(r.numel, [&](int64_t offset, int64_t length) {
         auto p = param.narrow(0, r.begin + offset, length);
         auto update = compute_update(r.begin + offset, length, p, decay);
@@ -100,8 +100,6 @@ class FlatLamb final : public FlatOptimizer {
   std::string name() const override { return "Lamb"; }
 
  private:
-  double weight_decay_at(int64_t offset) const { return group_at(offset).weight_decay.value_or(options_.weight_decay); }
-
   // m / (√v + ε) + wd·p (or m / √(v + ε) + wd·p) for partition elements [begin, begin + length), in scratch.
   torch::Tensor compute_update(int64_t begin, int64_t length, const torch::Tensor& p, double decay) {
     auto update = update_.get(length, p);

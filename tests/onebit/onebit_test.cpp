@@ -348,50 +348,18 @@ std::unique_ptr<FlatOptimizer> make_lamb(int64_t freeze_step, std::shared_ptr<Co
   return optimizer;
 }
 
-// One rank of a 2- or 3-process 1-bit LAMB run, as worker() below for 1-bit Adam.
-int lamb_worker(const LoggedWorld& job, int64_t freeze_step) {
-  OneBitLambReference reference(job.size, freeze_step);
-  auto optimizer = make_lamb(freeze_step, job.comm);
+// One rank of a 2- or 3-process run of 1-bit Adam or 1-bit LAMB: every step's parameters against the reference,
+// the steps that want this rank's own gradients, and the bytes sent.
+template <typename Reference>
+int follow_reference(const LoggedWorld& job, Reference& reference, FlatOptimizer& optimizer) {
   auto param = initial_params();
   int compressed_steps = 0;
   for (int s = 1; s <= kSteps; ++s) {
-    const bool local = optimizer->wants_local_gradients();
+    const bool local = optimizer.wants_local_gradients();
     if (local != reference.step()) throw std::runtime_error("step " + std::to_string(s) + ": wants_local_gradients");
-    optimizer->step(param, local ? local_grad(s, job.rank) : averaged_grad(s, job.size), kLr);
+    optimizer.step(param, local ? local_grad(s, job.rank) : averaged_grad(s, job.size), kLr);
     compressed_steps += local ? 1 : 0;
-    const double diff = (param - reference.p).abs().max().item<double>();
-    if (diff > 1e-6) {
-      throw std::runtime_error("rank " + std::to_string(job.rank) + " step " + std::to_string(s) +
-                               ": parameters differ from the reference by " + std::to_string(diff));
-    }
-  }
-  const int64_t padded = compressed_padded_numel(kNumel, job.size);
-  if (compressed_steps == 0 || job.bytes("all_to_all") != compressed_steps * padded / 8 ||
-      job.bytes("all_reduce") != 0) {
-    throw std::runtime_error("bytes on the wire: all_to_all " + std::to_string(job.bytes("all_to_all")) + " over " +
-                             std::to_string(compressed_steps) + " compressed steps");
-  }
-  job.world->barrier();
-  return 0;
-}
-
-// One rank of a 2- or 3-process run: every step's parameters against the reference, and the bytes sent.
-int worker(const std::string& scenario) {
-  const auto job = LoggedWorld::join();
-  if (scenario == "zero_one") return zero_one_worker(job);
-  if (scenario.rfind("lamb", 0) == 0) return lamb_worker(job, std::stoll(scenario.substr(4)));
-  const int64_t freeze_step = std::stoll(scenario);
-  OneBitAdamReference reference(job.size, freeze_step);
-  auto optimizer = make(freeze_step, job.comm);
-  auto param = initial_params();
-  int compressed_steps = 0;
-  for (int s = 1; s <= kSteps; ++s) {
-    const bool local = optimizer->wants_local_gradients();
-    const bool want = reference.step();
-    if (local != want) throw std::runtime_error("step " + std::to_string(s) + ": wants_local_gradients is wrong");
-    optimizer->step(param, local ? local_grad(s, job.rank) : averaged_grad(s, job.size), kLr);
-    compressed_steps += local ? 1 : 0;
-    const double diff = (param - reference.p).abs().max().item<double>();
+    const double diff = (param - reference.p).abs().max().template item<double>();
     if (diff > 1e-6) {
       throw std::runtime_error("rank " + std::to_string(job.rank) + " step " + std::to_string(s) +
                                ": parameters differ from the reference by " + std::to_string(diff));
@@ -408,26 +376,38 @@ int worker(const std::string& scenario) {
   return 0;
 }
 
-TEST(OneBitAdam, RanksFollowDeepSpeedsOneBitAdamThroughWarmUpAndCompression) {
+// A rank's scenario: "zero_one", "lamb<freeze_step>" or "<freeze_step>" (1-bit Adam).
+int worker(const std::string& scenario) {
+  const auto job = LoggedWorld::join();
+  if (scenario == "zero_one") return zero_one_worker(job);
+  if (scenario.rfind("lamb", 0) == 0) {
+    const int64_t freeze_step = std::stoll(scenario.substr(4));
+    OneBitLambReference reference(job.size, freeze_step);
+    return follow_reference(job, reference, *make_lamb(freeze_step, job.comm));
+  }
+  const int64_t freeze_step = std::stoll(scenario);
+  OneBitAdamReference reference(job.size, freeze_step);
+  return follow_reference(job, reference, *make(freeze_step, job.comm));
+}
+
+// Runs `scenario` on 2 and 3 real processes; every rank must pass.
+void expect_ranks_follow(const std::string& scenario) {
   const std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
   for (int world : {2, 3}) {
-    for (int freeze_step : {0, 3}) {  // compression from step 3 (DeepSpeed's earliest) and from step 4
-      const auto ranks = run_ranks(world, self + " --worker " + std::to_string(freeze_step),
-                                   "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
-      for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(ranks[r].code, 0) << "world " << world << " freeze_step " << freeze_step << " rank " << r << ": "
-                                    << ranks[r].err;
-      }
+    const auto ranks = run_ranks(world, self + " --worker " + scenario, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(ranks[r].code, 0) << scenario << ", world " << world << " rank " << r << ": " << ranks[r].err;
     }
   }
 }
 
+TEST(OneBitAdam, RanksFollowDeepSpeedsOneBitAdamThroughWarmUpAndCompression) {
+  expect_ranks_follow("0");  // compression from step 3 (DeepSpeed's earliest)
+  expect_ranks_follow("3");  // and from step 4
+}
+
 TEST(ZeroOneAdam, RanksFollowDeepSpeedsZeroOneAdamThroughEveryPhase) {
-  const std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
-  for (int world : {2, 3}) {
-    const auto ranks = run_ranks(world, self + " --worker zero_one", "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
-    for (int r = 0; r < world; ++r) EXPECT_EQ(ranks[r].code, 0) << "world " << world << " rank " << r << ": " << ranks[r].err;
-  }
+  expect_ranks_follow("zero_one");
 }
 
 TEST(ZeroOneAdam, OneRankIsDeepSpeedsArithmeticBitForBit) {
@@ -486,17 +466,8 @@ TEST(OneBitAdam, OneRankIsDeepSpeedsArithmeticBitForBit) {
 }
 
 TEST(OneBitLamb, RanksFollowDeepSpeedsOneBitLambThroughWarmUpAndCompression) {
-  const std::string self = "/proc/" + std::to_string(::getpid()) + "/exe";
-  for (int world : {2, 3}) {
-    for (int freeze_step : {0, 4}) {  // compression from step 3, and from step 5 with the fresh variance copied
-      const auto ranks = run_ranks(world, self + " --worker lamb" + std::to_string(freeze_step),
-                                   "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
-      for (int r = 0; r < world; ++r) {
-        EXPECT_EQ(ranks[r].code, 0) << "world " << world << " freeze_step " << freeze_step << " rank " << r << ": "
-                                    << ranks[r].err;
-      }
-    }
-  }
+  expect_ranks_follow("lamb0");  // compression from step 3
+  expect_ranks_follow("lamb4");  // and from step 5, with the fresh variance copied at step 4
 }
 
 // One rank, bit for bit, through both phases; its per-tensor state restored into a fresh optimizer (what a

@@ -538,6 +538,17 @@ def test_deepspeed_cpu_adagrad_and_lion_step_as_the_engines_own(kind):
     assert not any(torch.equal(a, b) for a, b in zip(plain.parameters(), initial.parameters()))  # all of it trained
 
 
+def expect_set_up_step_then_training(engine, model):
+    """A 1-bit optimizer's first step is DeepSpeed's set-up step (nothing moves); the next one moves every weight."""
+    before = [p.detach().clone() for p in model.parameters()]
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    engine.backward(engine(tokens()))
+    engine.step()
+    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+
+
 def test_onebit_adam_by_its_deepspeed_name_is_the_engines_one_bit_adam():
     # deepspeed.runtime.fp16.onebit.adam.OnebitAdam, passed as the client optimizer: the engine runs its 1-bit Adam
     # with the same settings. Its first step is DeepSpeed's set-up step (nothing moves); the next one trains.
@@ -551,13 +562,7 @@ def test_onebit_adam_by_its_deepspeed_name_is_the_engines_one_bit_adam():
     section = engine.config["optimizer"]
     assert section["type"] == "OneBitAdam"
     assert section["params"]["freeze_step"] == 5 and section["params"]["lr"] == pytest.approx(2e-3)
-    before = [p.detach().clone() for p in model.parameters()]
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    expect_set_up_step_then_training(engine, model)
     with pytest.raises(RuntimeError, match="runs inside the engine"):
         optimizer.step()
     with pytest.raises(ValueError, match="comm_backend_name 'mpi'"):
@@ -628,13 +633,7 @@ def test_lamb_by_its_deepspeed_names_is_the_engines_lamb():
     params = engine.config["optimizer"]["params"]
     assert engine.config["optimizer"]["type"] == "OneBitLamb"
     assert params["freeze_step"] == 5 and params["coeff_beta"] == 0.8 and params["factor_max"] == 3.0
-    before = [p.detach().clone() for p in model.parameters()]
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+    expect_set_up_step_then_training(engine, model)
     with pytest.raises(ValueError, match="eps_inside_sqrt"):
         OnebitLamb(model.parameters(), eps_inside_sqrt=True)
 

@@ -1,6 +1,8 @@
 // Manifest: JSON in and out, and the checks that make a bad manifest an error naming what is wrong.
 #include "dscpp/checkpoint/manifest.h"
 
+#include "dscpp/checkpoint/deepspeed_checkpoint.h"
+
 #include "dscpp/checkpoint/safetensors.h"
 
 #include <algorithm>
@@ -312,6 +314,10 @@ Manifest parse_manifest(const nlohmann::json& json, const std::string& source) {
 Manifest Manifest::read(const std::string& tag_dir) {
   const std::string path = tag_dir + "/" + kManifestFile;
   std::ifstream in(path);
+  if (!in && is_deepspeed_tag_dir(tag_dir)) {
+    throw CheckpointError(tag_dir + ": a checkpoint written by DeepSpeed; convert its save_dir once with `dscpp "
+                          "convert --from deepspeed SAVE_DIR OUT_DIR` and load OUT_DIR (docs/checkpoints.md)");
+  }
   if (!in) {
     throw CheckpointError(path + ": missing: " + tag_dir + " is not a complete checkpoint (its save did not finish, "
                           "or this is not a checkpoint directory)");

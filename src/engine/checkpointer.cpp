@@ -350,7 +350,9 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
     }
     if (optimizer_states) rank_state = read_rank_state(*checkpoint);
     if (optimizer_states) replicated = read_replicated_state(*checkpoint);
-    if (world_rank() < m.world_size && !options.load_module_only) {
+    // A checkpoint converted from DeepSpeed's has no generator states (DeepSpeed saves none): they keep their own.
+    if (world_rank() < m.world_size && !options.load_module_only &&
+        m.files[world_rank()].tensor_crc32.count(kRngTensor)) {
       rng_state = checkpoint->read(world_rank(), kRngTensor);
       if (s_.device.is_cuda() && m.files[world_rank()].tensor_crc32.count(kRngCudaTensor)) {
         cuda_rng_state = checkpoint->read(world_rank(), kRngCudaTensor);

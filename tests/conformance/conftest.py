@@ -24,6 +24,7 @@ def _python_tests_conftest():
 _python_conftest = _python_tests_conftest()
 _run_ranks = _python_conftest.run_ranks
 install_deepspeed_name = _python_conftest.install_deepspeed_name
+free_port = _python_conftest.free_port
 
 
 def run_script(impl, script_args, world=1, timeout=600):

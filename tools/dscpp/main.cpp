@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "consolidate_command.h"
+#include "convert_command.h"
 #include "estimate_command.h"
 #include "launch_command.h"
 #include "plan_command.h"
@@ -21,6 +22,8 @@ int main(int argc, char** argv) {
   CLI::App* estimate = dscpp::add_estimate_command(app, estimate_args);
   dscpp::ConsolidateArgs consolidate_args;
   CLI::App* consolidate = dscpp::add_consolidate_command(app, consolidate_args);
+  dscpp::ConvertArgs convert_args;
+  CLI::App* convert = dscpp::add_convert_command(app, convert_args);
   CLI::App* report = dscpp::add_report_command(app);
   dscpp::PlotArgs plot_args;
   CLI::App* plot = dscpp::add_plot_command(app, plot_args);
@@ -35,6 +38,7 @@ int main(int argc, char** argv) {
     if (plan->parsed()) dscpp::run_plan(plan_args, std::cout, std::cerr);
     if (estimate->parsed()) dscpp::run_estimate(estimate_args, std::cout);
     if (consolidate->parsed()) dscpp::run_consolidate(consolidate_args, std::cout);
+    if (convert->parsed()) dscpp::run_convert(convert_args, std::cout);
     if (report->parsed()) dscpp::run_report(std::cout);
     if (plot->parsed()) dscpp::run_plot(plot_args, std::cout, std::cerr);
   } catch (const std::exception& e) {

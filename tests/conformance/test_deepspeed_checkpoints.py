@@ -1,0 +1,194 @@
+"""A run started under real DeepSpeed, continued under our engine (docs/checkpoints.md, "Coming from DeepSpeed").
+
+Real DeepSpeed trains train_script.py's MLP 6 steps on 2 processes at ZeRO 0-3, saving after step 3; `dscpp convert
+--from deepspeed` turns that checkpoint into ours and our engine continues from it for 3 steps: at the same layout
+against DeepSpeed's own steps 4-6 of that run, and at others (1 process; 4 processes at ZeRO 3) against DeepSpeed's
+continuation from its universal checkpoint (ds_to_universal) at that layout. At the load the master weights equal
+DeepSpeed's zero_to_fp32 reconstruction and the Adam moments its universal files, bit for bit. A file holding a
+pickled object that is not data is refused naming it, without running it; a truncated one names the file.
+"""
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import HERE, assert_same_steps, free_port, run_script, write_config
+
+SAVE_AT, STEPS = 3, 6
+DSCPP = os.path.join(os.environ.get("DSCPP_BINARY_DIR", os.path.join(HERE, "..", "..", "build")), "dscpp")
+
+
+def config(stage, universal=False, bf16=False):
+    c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+         "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
+         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_max_lr": 0.01}},
+         "zero_optimization": {"stage": stage}}
+    if universal:
+        c["checkpoint"] = {"load_universal": True}
+    if bf16:
+        c["bf16"] = {"enabled": True}
+    return c
+
+
+@pytest.fixture(scope="module")
+def deepspeed_run(tmp_path_factory):
+    """deepspeed_run(stage[, bf16]) -> (checkpoint dir, DeepSpeed's 6 step records): one real DeepSpeed run each."""
+    runs = {}
+
+    def run(stage, bf16=False):
+        if (stage, bf16) not in runs:
+            d = tmp_path_factory.mktemp(f"deepspeed_zero{stage}{'_bf16' if bf16 else ''}")
+            records = run_script("deepspeed", ["train_script.py", "--config", write_config(d, config(stage, bf16=bf16)),
+                                               "--steps", str(STEPS), "--save_dir", str(d / "ckpt"),
+                                               "--save_at", str(SAVE_AT)], world=2)
+            assert len(records) == STEPS
+            runs[stage, bf16] = (d / "ckpt", records)
+        return runs[stage, bf16]
+    return run
+
+
+def convert(source, out):
+    return subprocess.run([DSCPP, "convert", "--from", "deepspeed", str(source), str(out)], capture_output=True,
+                          text=True, timeout=300)
+
+
+def converted(source, out):
+    """Our checkpoint's tensors ("master/fc1.weight", "exp_avg/...") after converting `source` into `out`."""
+    result = convert(source, out)
+    assert result.returncode == 0, result.stderr
+    return load_file(str(out / f"global_step{SAVE_AT}" / "rank_00000.safetensors"))
+
+
+def continue_ours(out, stage, world, tmp_path, bf16=False):
+    return run_script("dscpp", ["train_script.py", "--config",
+                                write_config(tmp_path, config(stage, bf16=bf16), f"ours{stage}.json"),
+                                "--steps", str(STEPS - SAVE_AT), "--load_dir", str(out)], world=world)
+
+
+def to_universal(ckpt, tmp_path):
+    """DeepSpeed's own ds_to_universal of the checkpoint (its tag's folder per parameter, and latest_universal)."""
+    out = tmp_path / "universal"
+    subprocess.run([sys.executable, "-m", "deepspeed.checkpoint.ds_to_universal", "--input_folder",
+                    str(ckpt / f"global_step{SAVE_AT}"), "--output_folder", str(out / f"global_step{SAVE_AT}"),
+                    "--inject_missing_state"], check=True, capture_output=True, cwd=HERE,
+                   env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    return out
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+def test_continues_a_deepspeed_run_at_its_layout(stage, deepspeed_run, tmp_path):
+    ckpt, theirs = deepspeed_run(stage)
+    assert converted(ckpt, tmp_path / "ours")
+    ours = continue_ours(tmp_path / "ours", stage, 2, tmp_path)
+    assert_same_steps(ours, theirs[SAVE_AT:], STEPS - SAVE_AT)
+
+
+def test_continues_a_bf16_deepspeed_run(deepspeed_run, tmp_path):
+    """DeepSpeed names a bf16 run's optimizer files bf16_zero_pp_rank_*. The first step after the load is a forward
+    of the same bf16 rounding of the same master weights: equal. Later steps differ by the order of bf16 sums, as
+    every bf16 comparison with DeepSpeed (test_training.py's bound: a few of bf16's steps)."""
+    ckpt, theirs = deepspeed_run(2, bf16=True)
+    assert converted(ckpt, tmp_path / "ours")
+    ours = continue_ours(tmp_path / "ours", 2, 2, tmp_path, bf16=True)
+    assert ours[0]["loss"] == theirs[SAVE_AT]["loss"]
+    assert_same_steps(ours, theirs[SAVE_AT:], STEPS - SAVE_AT, tol=2e-2)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_master_weights_and_moments_are_deepspeeds_bit_for_bit(stage, deepspeed_run, tmp_path):
+    """Against DeepSpeed's own reassembly: zero_to_fp32 for the weights, ds_to_universal's files for the moments."""
+    ckpt, _ = deepspeed_run(stage)
+    ours = converted(ckpt, tmp_path / "ours")
+    universal = to_universal(ckpt, tmp_path) / f"global_step{SAVE_AT}" / "zero"
+    weights = subprocess.run(
+        [sys.executable, "-c", "import ds_cpu, sys, torch; from deepspeed.utils.zero_to_fp32 import "
+         "get_fp32_state_dict_from_zero_checkpoint as f; torch.save(dict(f(sys.argv[1])), sys.argv[2])",
+         str(ckpt), str(tmp_path / "fp32.pt")], check=True, capture_output=True, cwd=HERE)
+    assert weights.returncode == 0
+    fp32 = torch.load(tmp_path / "fp32.pt", weights_only=True)
+    assert sorted(fp32) == sorted(k.split("/", 1)[1] for k in ours if k.startswith("master/"))
+    for name, value in fp32.items():
+        assert torch.equal(ours["master/" + name], value.reshape(-1)), name
+        for kind in ("exp_avg", "exp_avg_sq"):
+            saved = torch.load(universal / name / f"{kind}.pt", weights_only=False)
+            saved = saved["param"] if isinstance(saved, dict) else saved
+            assert torch.equal(ours[f"{kind}/{name}"], saved.reshape(-1)), (kind, name)
+
+
+@pytest.mark.parametrize("stage,world", [(2, 1), (3, 4)])
+def test_continues_at_another_world_size(stage, world, deepspeed_run, tmp_path):
+    """Ours at `world` processes (ZeRO 0 on one, ZeRO 3 on four) from the converted checkpoint, against DeepSpeed's
+    continuation at that layout from its universal checkpoint (DeepSpeed loads universal checkpoints under ZeRO only:
+    its single process runs ZeRO 1, the same arithmetic). Converting the universal checkpoint gives the same tensors
+    as converting the ZeRO one."""
+    ckpt, _ = deepspeed_run(stage)
+    ours_from_zero = converted(ckpt, tmp_path / "ours")
+    universal = to_universal(ckpt, tmp_path)
+    ours_from_universal = converted(universal, tmp_path / "ours_from_universal")
+    assert sorted(ours_from_zero) == sorted(ours_from_universal)
+    for name, value in ours_from_zero.items():
+        assert torch.equal(value, ours_from_universal[name]), name
+
+    their_stage = 1 if world == 1 else stage
+    theirs = run_script("deepspeed", ["train_script.py", "--config",
+                                      write_config(tmp_path, config(their_stage, universal=True), "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(universal)], world=world)
+    ours = continue_ours(tmp_path / "ours", 0 if world == 1 else stage, world, tmp_path)
+    assert_same_steps(ours, theirs, STEPS - SAVE_AT)
+
+
+class Runs:
+    """A pickled object that would run a command if unpickled by torch.load(weights_only=False)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("payload", ["namespace", "command"])
+def test_a_pickled_object_is_refused_by_name_and_never_run(payload, deepspeed_run, tmp_path):
+    ckpt, _ = deepspeed_run(1)
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    states = copy / f"global_step{SAVE_AT}" / "mp_rank_00_model_states.pt"
+    saved = torch.load(states, weights_only=False)
+    marker = tmp_path / "ran"
+    saved["args"] = argparse.Namespace(lr=0.1) if payload == "namespace" else Runs(marker)
+    torch.save(saved, states)
+    result = convert(copy, tmp_path / "out")
+    assert result.returncode == 1
+    name = "argparse.Namespace" if payload == "namespace" else f"{os.system.__module__}.system"
+    assert str(states) in result.stderr and f"'{name}'" in result.stderr and "nothing was executed" in result.stderr
+    assert not marker.exists()
+    assert not (tmp_path / "out" / f"global_step{SAVE_AT}").exists()
+
+
+def test_a_truncated_file_is_named(deepspeed_run, tmp_path):
+    ckpt, _ = deepspeed_run(1)
+    copy = tmp_path / "ckpt"
+    shutil.copytree(ckpt, copy)
+    optim = copy / f"global_step{SAVE_AT}" / "zero_pp_rank_1_mp_rank_00_optim_states.pt"
+    optim.write_bytes(optim.read_bytes()[: optim.stat().st_size // 2])
+    result = convert(copy, tmp_path / "out")
+    assert result.returncode == 1
+    assert str(optim) in result.stderr and "not a readable torch.save file" in result.stderr
+    assert not (tmp_path / "out" / f"global_step{SAVE_AT}").exists()
+
+
+def test_loading_a_deepspeed_checkpoint_directly_says_how_to_convert_it(deepspeed_run, tmp_path):
+    ckpt, _ = deepspeed_run(1)
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", LOCAL_RANK="0",
+               WORLD_SIZE="1", LOCAL_WORLD_SIZE="1")
+    result = subprocess.run([sys.executable, "train_script.py", "--impl", "dscpp", "--config",
+                             write_config(tmp_path, config(1)), "--load_dir", str(ckpt)], cwd=HERE, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "a checkpoint written by DeepSpeed" in result.stderr
+    assert "dscpp convert --from deepspeed" in result.stderr

@@ -4,6 +4,7 @@
 #include "dscpp/checkpoint/deepspeed_checkpoint.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -26,7 +27,17 @@ const std::set<std::string> kEngineKeys = {
     "module", "buffer_names", "optimizer", "param_shapes", "frozen_param_shapes", "shared_params",
     "frozen_param_fragments", "lr_scheduler", "data_sampler", "random_ltd", "sparse_tensor_module_names",
     "skipped_steps", "global_steps", "global_samples", "dp_world_size", "mp_world_size", "ds_config", "ds_version",
-    "checkpoint_parallel_dimensions"};
+    "checkpoint_parallel_dimensions", "universal_checkpoint_info"};
+
+// Model-states keys that mean a run this reader does not convert yet (when set): refused, naming them.
+const std::vector<std::pair<std::string, std::string>> kUnsupportedKeys = {
+    {"data_sampler", "DeepSpeed's data-efficiency sampler state, which our engine does not have (the data position it "
+                     "carries would be lost)"},
+    {"random_ltd", "DeepSpeed's random layer-token-drop state, which our engine does not have"},
+    {"num_experts", "a DeepSpeed-MoE run (its experts' files are not converted yet)"},
+    {"ds_autoep_layers", "a DeepSpeed AutoEP run (its experts' partitions are not converted yet)"},
+    {"ds_zero_partition_groups", "ZeRO partitioned over groups smaller than the data-parallel world"},
+};
 
 // Adam's and AdamW's state, as DeepSpeed's optimizers and torch's name it and as ours do.
 const std::vector<std::string> kAdamState = {"exp_avg", "exp_avg_sq"};
@@ -158,6 +169,9 @@ Tag open_tag(const std::string& dir) {
   t.world_size = static_cast<int>(ms.at("dp_world_size", where).as_int(where + "['dp_world_size']"));
   if (t.world_size < 1) throw CheckpointError(where + ": dp_world_size " + std::to_string(t.world_size));
   t.universal = fs::is_directory(fs::path(dir) / "zero");
+  if (zero3) {
+    for (int r = 0; r < t.world_size; ++r) t.models.push_back(rank_file(dir, r, "model_states"));
+  }
   if (t.universal) {
     t.universal_optimizer = load((fs::path(dir) / "zero" / "optimizer_state.pt").string());
     return t;
@@ -166,7 +180,6 @@ Tag open_tag(const std::string& dir) {
   for (int r = 0; r < t.world_size; ++r) {
     const auto optim = rank_file(dir, r, "optim_states", prefix);
     if (fs::exists(optim)) t.optim.push_back(optim);
-    if (zero3) t.models.push_back(rank_file(dir, r, "model_states"));
   }
   if (!t.optim.empty() && static_cast<int>(t.optim.size()) != t.world_size) {
     throw CheckpointError(rank_file(dir, static_cast<int>(t.optim.size()), "optim_states", prefix) +
@@ -185,9 +198,30 @@ struct Trained {
   int64_t step = 0;
 };
 
-// Splits `flat` (one group, whole) into `params`' tensors, in order, skipping each one's alignment padding.
+// The optimizer file's partition_count (an int at ZeRO 3, one per group at 1 and 2) must be the world the files
+// were written by: a ZeRO partitioned over smaller groups lays its buffers out otherwise.
+void check_partition_count(const PyValue& osd, int world, const std::string& where) {
+  const auto* count = osd.find("partition_count");
+  if (!count) return;
+  std::vector<int64_t> counts;
+  if (count->kind == Kind::kInt) {
+    counts.push_back(count->integer);
+  } else {
+    for (const auto& c : count->as_sequence(where + " partition_count")) counts.push_back(c->as_int(where));
+  }
+  for (auto c : counts) {
+    if (c != world) {
+      throw CheckpointError(where + ": partitioned over " + std::to_string(c) + " ranks, not dp_world_size " +
+                            std::to_string(world) + " (ZeRO over smaller groups: not supported yet)");
+    }
+  }
+}
+
+// Splits `flat` (one group, whole) into `params`' tensors, in order, skipping each one's alignment padding. The
+// parameters must use the buffer up to DeepSpeed's padding of the group (to a multiple of 2 x world, as its
+// zero_to_fp32 checks): anything else is a layout this reader does not know, not one to read at wrong offsets.
 void split_group(const torch::Tensor& flat, const std::vector<ParamEntry>& params, const std::vector<int64_t>& pads,
-                 std::map<std::string, torch::Tensor>& out, const std::string& where) {
+                 int world, std::map<std::string, torch::Tensor>& out, const std::string& where) {
   int64_t offset = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto numel = params[i].numel();
@@ -197,6 +231,13 @@ void split_group(const torch::Tensor& flat, const std::vector<ParamEntry>& param
     }
     out[params[i].name] = flat.narrow(0, offset, numel).clone();
     offset += numel + (i < pads.size() ? pads[i] : 0);
+  }
+  const int64_t align = 2 * static_cast<int64_t>(world);
+  const auto aligned = [&](int64_t x) { return (x + align - 1) / align * align; };
+  if (aligned(offset) != aligned(flat.numel())) {
+    throw CheckpointError(where + ": the parameters use " + std::to_string(offset) + " of the partitions' " +
+                          std::to_string(flat.numel()) + " elements; DeepSpeed pads a group by less than " +
+                          std::to_string(align) + " (param_shapes does not describe these buffers)");
   }
 }
 
@@ -225,15 +266,20 @@ Trained read_zero12(const Tag& t) {
       }
       out.step = std::max(out.step, step_of(*group_state, where + " state"));
       if (r == 0) {
+        check_partition_count(osd, t.world_size, where);
         if (const auto* all = osd.find("param_alignment_paddings"); all && !all->is_none()) {
           for (const auto& p : all->as_sequence(where).at(g)->as_sequence(where)) pads.push_back(p->as_int(where));
+          if (pads.size() != params.size()) {
+            throw CheckpointError(where + ": " + std::to_string(pads.size()) + " alignment paddings for group " +
+                                  std::to_string(g) + "'s " + std::to_string(params.size()) + " parameters");
+          }
         }
       }
     }
     const std::string where = t.dir + " group " + std::to_string(g);
-    split_group(torch::cat(master), params, pads, out.master, where);
+    split_group(torch::cat(master), params, pads, t.world_size, out.master, where);
     for (size_t k = 0; k < kAdamState.size(); ++k) {
-      split_group(torch::cat(kinds[k]), params, pads, out.state[kAdamState[k]], where);
+      split_group(torch::cat(kinds[k]), params, pads, t.world_size, out.state[kAdamState[k]], where);
     }
     out.order.insert(out.order.end(), params.begin(), params.end());
   }
@@ -255,6 +301,7 @@ Trained read_zero3(const Tag& t) {
     const auto file = r == 0 ? t.optim0 : load(t.optim[r]);
     const std::string where = t.optim[r] + ": optimizer_state_dict";
     const auto& osd = file->at("optimizer_state_dict", t.optim[r]);
+    check_partition_count(osd, t.world_size, where);
     std::vector<torch::Tensor> pieces;
     for (const auto& sub : osd.at("fp32_flat_groups", where).as_sequence(where)) pieces.push_back(flat_fp32(*sub, where));
     master.push_back(torch::cat(pieces));
@@ -286,6 +333,13 @@ Trained read_zero3(const Tag& t) {
       }
       into[p.name] = torch::cat(parts).narrow(0, 0, p.numel()).clone();
       offset += piece;
+    }
+    // DeepSpeed's pieces fill each rank's buffer exactly (zero_to_fp32 checks the same).
+    for (int64_t r = 0; r < world; ++r) {
+      if (ranks[r].numel() != offset) {
+        throw CheckpointError(t.optim[r] + ": holds " + std::to_string(ranks[r].numel()) + " elements, its pieces " +
+                              "of the parameters " + std::to_string(offset) + " (param_shapes does not describe it)");
+      }
     }
   };
   gather(master, out.master);
@@ -342,10 +396,16 @@ Trained read_zero0(const Tag& t, const std::vector<std::string>& trainable) {
   const auto& optimizer = ms.at("optimizer", where);
   if (optimizer.is_none()) throw CheckpointError(where + ": no optimizer state (saved without it)");
   const auto& module = ms.at("module", where);
-  int64_t indices = 0;
-  for (const auto& g : optimizer.at("param_groups", where + "['optimizer']").as_sequence(where)) {
-    indices += static_cast<int64_t>(g->at("params", where).as_sequence(where).size());
+  // Its state names no parameters, only indices in the param groups' order: with one group holding every
+  // parameter that is the module's order (what initialize(model_parameters=model.parameters()) gives); with several,
+  // the order is the script's and cannot be recovered from the file.
+  const auto& groups = optimizer.at("param_groups", where + "['optimizer']").as_sequence(where);
+  if (groups.size() != 1) {
+    throw CheckpointError(where + ": a ZeRO-0 checkpoint whose optimizer has " + std::to_string(groups.size()) +
+                          " param groups: its state names no parameters, so which is which cannot be read from it; "
+                          "save it from a ZeRO-1 run (whose files name every parameter) to convert it");
   }
+  const int64_t indices = static_cast<int64_t>(groups[0]->at("params", where).as_sequence(where).size());
   if (indices != static_cast<int64_t>(trainable.size())) {
     throw CheckpointError(where + ": its optimizer holds " + std::to_string(indices) + " parameters and the module " +
                           std::to_string(trainable.size()) + "; a ZeRO-0 checkpoint does not name its optimizer's "
@@ -361,29 +421,47 @@ Trained read_zero0(const Tag& t, const std::vector<std::string>& trainable) {
     const auto* s = state.find(static_cast<int64_t>(i));
     if (!s) throw CheckpointError(where + ": no optimizer state for '" + name + "' (saved before the first step?)");
     for (const auto& kind : kAdamState) {
-      auto v = flat_fp32(s->at(kind, where), where + " " + kind);
-      if (v.numel() != value.numel()) {
-        throw CheckpointError(where + ": the optimizer's " + kind + " #" + std::to_string(i) + " has " +
-                              std::to_string(v.numel()) + " elements, parameter '" + name + "' " +
-                              std::to_string(value.numel()));
+      const auto& v = s->at(kind, where).as_tensor(where + " " + kind);
+      if (v.sizes() != value.sizes()) {
+        throw CheckpointError(where + ": the optimizer's " + kind + " #" + std::to_string(i) + " is " +
+                              c10::str(v.sizes()) + ", parameter '" + name + "' " + c10::str(value.sizes()) +
+                              " (its parameters are not in the module's order)");
       }
-      out.state[kind][name] = v.clone();
+      out.state[kind][name] = v.reshape({-1}).to(torch::kFloat32).clone();
     }
     out.step = std::max(out.step, step_of(*s, where));
   }
   return out;
 }
 
-// Frozen parameters, whole: at ZeRO 3 in pieces across the ranks' model-states files, else in the module.
-std::map<std::string, torch::Tensor> read_frozen(const Tag& t, std::vector<ParamEntry>& shapes) {
+// Frozen parameters, whole: at ZeRO 3 in pieces across the ranks' model-states files, else in the module. DeepSpeed
+// lists them (frozen_param_shapes) from ZeRO 2 on; below, they are the module's parameters that are neither buffers
+// nor in param_shapes. `trained` names every parameter the optimizer holds (param_shapes), `skip` buffers and tied
+// aliases.
+std::map<std::string, torch::Tensor> read_frozen(const Tag& t, const std::set<std::string>& trained,
+                                                 const std::set<std::string>& skip) {
   std::map<std::string, torch::Tensor> out;
   const auto& ms = *t.model_states;
+  const auto& module = ms.at("module", t.dir);
   const auto* frozen = ms.find("frozen_param_shapes");
-  if (!frozen || frozen->is_none()) return out;
-  shapes = shapes_of(*frozen, t.dir + " frozen_param_shapes");
+  std::vector<ParamEntry> shapes;
+  if (frozen && !frozen->is_none()) {
+    shapes = shapes_of(*frozen, t.dir + " frozen_param_shapes");
+  } else if (!trained.empty()) {
+    for (const auto& [k, v] : module.entries) {
+      const auto& name = k->as_string(t.dir);
+      if (!trained.count(name) && !skip.count(name)) shapes.push_back({name, v->as_tensor(t.dir).sizes().vec()});
+    }
+  }
   if (t.models.empty()) {
-    const auto& module = ms.at("module", t.dir);
-    for (const auto& p : shapes) out[p.name] = module.at(p.name, t.dir + " module").as_tensor(t.dir).clone();
+    for (const auto& p : shapes) {
+      const auto& value = module.at(p.name, t.dir + " module").as_tensor(t.dir);
+      if (value.sizes().vec() != p.shape) {
+        throw CheckpointError(t.dir + ": frozen parameter '" + p.name + "' is " + c10::str(value.sizes()) +
+                              " in the module, " + c10::str(c10::IntArrayRef(p.shape)) + " in frozen_param_shapes");
+      }
+      out[p.name] = value.clone();
+    }
     return out;
   }
   std::vector<PyRef> ranks;
@@ -394,7 +472,12 @@ std::map<std::string, torch::Tensor> read_frozen(const Tag& t, std::vector<Param
       parts.push_back(ranks[r]->at("frozen_param_fragments", t.models[r]).at(p.name, t.models[r]).as_tensor(
           t.models[r]).reshape({-1}));
     }
-    out[p.name] = torch::cat(parts).narrow(0, 0, p.numel()).reshape(p.shape).clone();
+    auto whole = torch::cat(parts);
+    if (whole.numel() < p.numel()) {
+      throw CheckpointError(t.dir + ": the ranks' pieces of frozen parameter '" + p.name + "' hold " +
+                            std::to_string(whole.numel()) + " elements, fewer than its " + std::to_string(p.numel()));
+    }
+    out[p.name] = whole.narrow(0, 0, p.numel()).reshape(p.shape).clone();
   }
   return out;
 }
@@ -434,6 +517,9 @@ WholeCheckpoint read_deepspeed_checkpoint(const std::string& dir, const std::str
   if (tag_arg.empty() && !fs::exists(fs::path(dir) / kLatestFile)) {
     std::ifstream in(fs::path(dir) / "latest_universal");
     std::getline(in, universal_tag);
+    while (!universal_tag.empty() && std::isspace(static_cast<unsigned char>(universal_tag.back()))) {
+      universal_tag.pop_back();
+    }
   }
   const auto tag = resolve_tag(dir, universal_tag.empty() ? tag_arg : universal_tag);
   const Tag t = open_tag((fs::path(dir) / tag).string());
@@ -448,7 +534,11 @@ WholeCheckpoint read_deepspeed_checkpoint(const std::string& dir, const std::str
   const auto enabled = [&](const char* section) {
     return config.contains(section) && config[section].is_object() && config[section].value("enabled", false);
   };
-  m.compute_dtype = enabled("bf16") ? "bf16" : enabled("fp16") ? "fp16" : "fp32";
+  // "bfloat16" is DeepSpeed's older name of the bf16 section, still accepted.
+  m.compute_dtype = enabled("bf16") || enabled("bfloat16") ? "bf16" : enabled("fp16") ? "fp16" : "fp32";
+  for (const auto& [key, what] : kUnsupportedKeys) {
+    if (const auto* v = ms.find(key); v && !v->is_none()) throw CheckpointError(where + ": holds " + key + ": " + what);
+  }
   m.zero_stage = config.contains("zero_optimization") ? config["zero_optimization"].value("stage", 0) : 0;
   if (t.universal) {
     const auto& osd = *t.universal_optimizer;
@@ -490,12 +580,23 @@ WholeCheckpoint read_deepspeed_checkpoint(const std::string& dir, const std::str
   for (const auto& b : ms.at("buffer_names", where).as_sequence(where + " buffer_names")) {
     buffers.insert(b->as_string(where));
   }
-  std::vector<ParamEntry> frozen_shapes;
-  const auto frozen = read_frozen(t, frozen_shapes);
+  // A tied parameter is in the module's state under every name; DeepSpeed's shared_params maps the others to the
+  // one the optimizer trains (our engine holds it once, under that name).
+  std::set<std::string> skip = buffers;
+  if (const auto* shared = ms.find("shared_params"); shared && !shared->is_none()) {
+    for (const auto& [alias, source] : shared->entries) skip.insert(alias->as_string(where + " shared_params"));
+  }
+  std::set<std::string> in_groups;
+  if (const auto* shapes = ms.find("param_shapes"); shapes && !shapes->is_none()) {
+    for (const auto& group : shapes->as_sequence(where + " param_shapes")) {
+      for (const auto& p : shapes_of(*group, where + " param_shapes")) in_groups.insert(p.name);
+    }
+  }
+  const auto frozen = read_frozen(t, in_groups, skip);
   std::vector<std::string> trainable;
   for (const auto& [k, v] : module.entries) {
     const auto& name = k->as_string(where);
-    if (!buffers.count(name) && !frozen.count(name)) trainable.push_back(name);
+    if (!skip.count(name) && !frozen.count(name)) trainable.push_back(name);
   }
 
   const Trained trained = t.universal         ? read_universal(t)
@@ -540,10 +641,6 @@ WholeCheckpoint read_deepspeed_checkpoint(const std::string& dir, const std::str
                                             config["gradient_accumulation_steps"].is_number_integer()
                                         ? config["gradient_accumulation_steps"].get<int64_t>()
                                         : 1);
-  if (const auto* sampler = ms.find("data_sampler"); sampler && !sampler->is_none()) {
-    throw CheckpointError(where + ": holds DeepSpeed's data-efficiency sampler state (data_sampler), which our "
-                          "engine does not have; the data position it carries would be lost");
-  }
   m.scheduler = config.contains("scheduler") ? config["scheduler"].value("type", "") : std::string();
   m.scheduler_position = m.global_steps - m.skipped_steps;
   if (const auto* s = ms.find("lr_scheduler"); s && !s->is_none()) {

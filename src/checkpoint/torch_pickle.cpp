@@ -39,6 +39,10 @@ struct AllowedGlobal {
 
 constexpr c10::ScalarType kNoDtype = c10::ScalarType::Undefined;
 
+// Containers nested deeper than this are refused: DeepSpeed's files nest a few levels, and everything that walks a
+// value (its destructor included) recurses once per level.
+constexpr int kMaxNesting = 256;
+
 const AllowedGlobal kAllowedGlobals[] = {
     {"collections.OrderedDict", Global::kOrderedDict, kNoDtype},
     {"torch._utils._rebuild_tensor_v2", Global::kRebuildTensor, kNoDtype},
@@ -139,19 +143,19 @@ class Unpickler {
         }
         case 'a': {  // APPEND
           auto value = pop();
-          list_on_top("APPEND").items.push_back(value);
+          adopt(list_on_top("APPEND"), value);
           break;
         }
         case 'e': {  // APPENDS
           auto values = pop_mark();
-          auto& list = list_on_top("APPENDS").items;
-          list.insert(list.end(), values.begin(), values.end());
+          auto& list = list_on_top("APPENDS");
+          for (auto& v : values) adopt(list, v);
           break;
         }
         case 's': {  // SETITEM
           auto value = pop();
           auto key = pop();
-          dict_on_top("SETITEM").entries.emplace_back(key, value);
+          adopt_entry(dict_on_top("SETITEM"), key, value);
           break;
         }
         case 'u': {  // SETITEMS
@@ -194,7 +198,8 @@ class Unpickler {
           // A module's state_dict (an OrderedDict) carries its `_metadata` attribute this way: not data we read.
           if (object.kind == Kind::kDict) break;
           if (object.kind != Kind::kObject) fail("BUILD on a " + object.kind_name());
-          object.state = state;
+          if (object.state) fail("BUILD twice on one object");
+          adopt_state(object, state);
           break;
         }
         case 'Q': push(load_storage(*pop())); break;  // BINPERSID: torch.save's storage reference
@@ -272,8 +277,32 @@ class Unpickler {
   }
   void push_sequence(Kind kind, std::vector<PyRef> items) {
     auto v = make(kind);
-    v->items = std::move(items);
+    for (auto& item : items) adopt(*v, std::move(item));
     push(v);
+  }
+
+  // Puts `child` into `parent` (its items; `entries` and `state` go through adopt_entry / adopt_state). A container
+  // is sealed once inside another: changing it afterwards (how a pickle builds a structure that contains itself) is
+  // refused, so every value is a finite tree of bounded depth — which is all DeepSpeed's files are.
+  void adopt(PyValue& parent, PyRef child) {
+    check_child(parent, *child);
+    parent.items.push_back(std::move(child));
+  }
+  void adopt_entry(PyValue& parent, PyRef key, PyRef value) {
+    check_child(parent, *key);
+    check_child(parent, *value);
+    parent.entries.emplace_back(std::move(key), std::move(value));
+  }
+  void adopt_state(PyValue& parent, PyRef state) {
+    check_child(parent, *state);
+    parent.state = std::move(state);
+  }
+  void check_child(PyValue& parent, PyValue& child) {
+    if (parent.sealed) fail("changes a container already placed in another (a structure that contains itself?)");
+    if (&parent == &child) fail("puts a container into itself");
+    child.sealed = true;
+    parent.depth = std::max(parent.depth, child.depth + 1);
+    if (parent.depth > kMaxNesting) fail("nests containers more than " + std::to_string(kMaxNesting) + " deep");
   }
 
   PyRef pop() {
@@ -283,7 +312,8 @@ class Unpickler {
     return v;
   }
   std::vector<PyRef> pop_n(size_t n) {
-    if (stack_.size() < n) fail("pops an empty stack");
+    const size_t floor = marks_.empty() ? 0 : marks_.back();
+    if (stack_.size() < floor + n) fail("pops an empty stack");
     std::vector<PyRef> out(stack_.end() - static_cast<std::ptrdiff_t>(n), stack_.end());
     stack_.resize(stack_.size() - n);
     return out;
@@ -292,6 +322,7 @@ class Unpickler {
     if (marks_.empty()) fail("no MARK to pop to");
     const auto mark = marks_.back();
     marks_.pop_back();
+    if (mark > stack_.size()) fail("a MARK above the stack");
     std::vector<PyRef> out(stack_.begin() + static_cast<std::ptrdiff_t>(mark), stack_.end());
     stack_.resize(mark);
     return out;
@@ -310,9 +341,9 @@ class Unpickler {
     if (v.kind != Kind::kDict) fail(std::string(op) + " to a " + v.kind_name());
     return v;
   }
-  void set_items(PyValue& dict, const std::vector<PyRef>& pairs) const {
+  void set_items(PyValue& dict, const std::vector<PyRef>& pairs) {
     if (pairs.size() % 2) fail("a dict with an odd number of keys and values");
-    for (size_t i = 0; i < pairs.size(); i += 2) dict.entries.emplace_back(pairs[i], pairs[i + 1]);
+    for (size_t i = 0; i < pairs.size(); i += 2) adopt_entry(dict, pairs[i], pairs[i + 1]);
   }
 
   void memoize(uint64_t index) { memo_[index] = top("PUT"); }
@@ -351,8 +382,9 @@ class Unpickler {
         return a[0];
       case Global::kRebuildFromType: {
         if (a.size() != 4 || a[0]->kind != Kind::kGlobal || a[1]->kind != Kind::kGlobal ||
-            global_of(*a[1]).what != Global::kTensorType) {
-          fail("_rebuild_from_type_v2 of anything but a torch.Tensor");
+            global_of(*a[1]).what != Global::kTensorType || a[2]->kind != Kind::kTuple ||
+            (global_of(*a[0]).what != Global::kRebuildTensor && global_of(*a[0]).what != Global::kRebuildParameter)) {
+          fail("_rebuild_from_type_v2 of anything but a torch.Tensor rebuilt from its storage");
         }
         const auto rebuilt = call(*a[0], a[2]);
         if (rebuilt->kind != Kind::kTensor) fail("_rebuild_from_type_v2 that does not rebuild a tensor");
@@ -361,7 +393,7 @@ class Unpickler {
       case Global::kSize: {
         if (a.size() != 1) fail("torch.Size of " + std::to_string(a.size()) + " arguments");
         auto t = make(Kind::kTuple);
-        t->items = a[0]->as_sequence(path_ + ": torch.Size");
+        for (const auto& d : a[0]->as_sequence(path_ + ": torch.Size")) adopt(*t, make_int(d->as_int(path_)));
         return t;
       }
       case Global::kEncode: {
@@ -384,7 +416,7 @@ class Unpickler {
       case Global::kDataClass: {
         auto object = make(Kind::kObject);
         object->text = callable.text;
-        object->items = a;
+        for (const auto& arg : a) adopt(*object, arg);
         return object;
       }
       case Global::kStorageType:
@@ -409,13 +441,16 @@ class Unpickler {
     if (!storage.defined()) {
       const std::string record = "data/" + key;
       if (!archive_.hasRecord(record)) fail("no record " + record + " for a storage it names");
-      storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
-      const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-      const auto [data, size] = archive_.getRecord(record);
-      if (size != bytes) {
-        fail("record " + record + " holds " + std::to_string(size) + " bytes, its storage " + std::to_string(bytes));
+      // The record's size is checked before anything is allocated: a crafted numel cannot ask for more memory
+      // than the file holds.
+      uint64_t bytes = 0;
+      if (numel < 0 || __builtin_mul_overflow(static_cast<uint64_t>(numel), c10::elementSize(dtype), &bytes) ||
+          archive_.getRecordSize(record) != bytes) {
+        fail("record " + record + " holds " + std::to_string(archive_.getRecordSize(record)) + " bytes, its " +
+             "storage " + std::to_string(numel) + " elements of " + std::to_string(c10::elementSize(dtype)));
       }
-      std::memcpy(storage.data_ptr(), data.get(), bytes);
+      storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
+      if (bytes) archive_.getRecord(record, storage.data_ptr(), bytes);
     }
     auto v = make(Kind::kTensor);
     v->tensor = storage;
@@ -430,13 +465,22 @@ class Unpickler {
     for (const auto& s : a[2]->as_sequence(path_ + ": tensor size")) size.push_back(s->as_int(path_));
     for (const auto& s : a[3]->as_sequence(path_ + ": tensor stride")) stride.push_back(s->as_int(path_));
     if (size.size() != stride.size()) fail("a tensor whose size and stride differ in length");
-    int64_t last = offset;  // the furthest element the view reaches must lie in the storage
+    // The view must lie inside its storage and hold no more elements than it (no stride-0 expansion): whatever a
+    // later copy of it allocates is bounded by the file. Overflow-checked: the numbers are the file's.
+    int64_t last = offset, elements = 1;  // the furthest element the view reaches; how many it has
+    bool empty = false;
     for (size_t i = 0; i < size.size(); ++i) {
       if (size[i] < 0 || stride[i] < 0) fail("a tensor with a negative size or stride");
-      if (size[i] == 0) last = -1;
-      if (last >= 0) last += (size[i] - 1) * stride[i];
+      empty = empty || size[i] == 0;
+      int64_t reach = 0;
+      if (__builtin_mul_overflow(size[i] == 0 ? 0 : size[i] - 1, stride[i], &reach) ||
+          __builtin_add_overflow(last, reach, &last) || __builtin_mul_overflow(elements, size[i], &elements)) {
+        fail("a tensor whose size overflows");
+      }
     }
-    if (offset < 0 || last >= storage.numel()) fail("a tensor outside its storage");
+    if (offset < 0 || (!empty && (last >= storage.numel() || elements > storage.numel()))) {
+      fail("a tensor outside its storage, or larger than it");
+    }
     auto v = make(Kind::kTensor);
     v->tensor = storage.as_strided(size, stride, offset);
     return v;
@@ -455,18 +499,19 @@ class Unpickler {
 
 }  // namespace
 
+// A key set twice keeps its last value, as in Python.
 const PyValue* PyValue::find(const std::string& key) const {
   if (kind != Kind::kDict) return nullptr;
-  for (const auto& [k, v] : entries) {
-    if (k->kind == Kind::kString && k->text == key) return v.get();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (it->first->kind == Kind::kString && it->first->text == key) return it->second.get();
   }
   return nullptr;
 }
 
 const PyValue* PyValue::find(int64_t key) const {
   if (kind != Kind::kDict) return nullptr;
-  for (const auto& [k, v] : entries) {
-    if (k->kind == Kind::kInt && k->integer == key) return v.get();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    if (it->first->kind == Kind::kInt && it->first->integer == key) return it->second.get();
   }
   return nullptr;
 }

@@ -111,8 +111,43 @@ TEST(TorchPickle, RefusesAStorageRecordOfAnotherSize) {
   const float storage[5] = {};
   const auto path = archive("short_record", tensor_pickle(2, 2).bytes,
                             {{"data/0", std::string(reinterpret_cast<const char*>(storage), sizeof(storage))}});
-  EXPECT_NE(load_error(path).find("record data/0 holds 20 bytes, its storage 24"), std::string::npos)
+  EXPECT_NE(load_error(path).find("record data/0 holds 20 bytes, its storage 6 elements of 4"), std::string::npos)
       << load_error(path);
+}
+
+TEST(TorchPickle, RefusesAnExpandedViewThatCouldAskForMoreMemoryThanTheFileHolds) {
+  // size (4, 4) with stride (0, 0): 16 elements from a storage of 6 (a copy would allocate what the file never held).
+  Pickle p;
+  p.global("torch._utils", "_rebuild_tensor_v2").op('(');
+  p.op('(').str("storage").global("torch", "FloatStorage").str("0").str("cpu").small(6).op('t').op('Q');
+  p.small(0).small(4).small(4).op('\x86').small(0).small(0).op('\x86').op('\x89');
+  p.global("collections", "OrderedDict").op(')').op('R').op('t').op('R').op('.');
+  const float storage[6] = {};
+  const auto path = archive("expanded", p.bytes,
+                            {{"data/0", std::string(reinterpret_cast<const char*>(storage), sizeof(storage))}});
+  EXPECT_NE(load_error(path).find("larger than it"), std::string::npos) << load_error(path);
+}
+
+TEST(TorchPickle, RefusesAStructureThatContainsItselfOrNestsWithoutBound) {
+  Pickle self;  // L = []; L.append(L)
+  self.op(']').op('q').op(0).op('h').op(0).op('a').op('.');
+  EXPECT_NE(load_error(archive("self", self.bytes)).find("puts a container into itself"), std::string::npos);
+
+  Pickle cycle;  // A = []; B = [A]; A.append(B)
+  cycle.op(']').op('q').op(0).op(']').op('h').op(0).op('a').op('q').op(1).op('h').op(0).op('h').op(1).op('a');
+  cycle.op('.');
+  EXPECT_NE(load_error(archive("cycle", cycle.bytes)).find("changes a container already placed in another"),
+            std::string::npos);
+
+  Pickle deep;  // [[[[...]]]] 100,000 deep
+  for (int i = 0; i < 100000; ++i) deep.op(']');
+  for (int i = 0; i < 99999; ++i) deep.op('a');
+  deep.op('.');
+  EXPECT_NE(load_error(archive("deep", deep.bytes)).find("nests containers more than 256 deep"), std::string::npos);
+
+  Pickle below_mark;  // TUPLE1 reaching below its MARK
+  below_mark.small(1).op('(').op('\x85').op('.');
+  EXPECT_NE(load_error(archive("below_mark", below_mark.bytes)).find("pops an empty stack"), std::string::npos);
 }
 
 TEST(TorchPickle, RefusesANameOutsideTheListWithoutCallingIt) {

@@ -40,15 +40,15 @@ def deepspeed_run(tmp_path_factory):
     """deepspeed_run(stage[, bf16]) -> (checkpoint dir, DeepSpeed's 6 step records): one real DeepSpeed run each."""
     runs = {}
 
-    def run(stage, bf16=False):
-        if (stage, bf16) not in runs:
-            d = tmp_path_factory.mktemp(f"deepspeed_zero{stage}{'_bf16' if bf16 else ''}")
+    def run(stage, bf16=False, model=()):
+        if (stage, bf16, model) not in runs:
+            d = tmp_path_factory.mktemp(f"deepspeed_zero{stage}")
             records = run_script("deepspeed", ["train_script.py", "--config", write_config(d, config(stage, bf16=bf16)),
                                                "--steps", str(STEPS), "--save_dir", str(d / "ckpt"),
-                                               "--save_at", str(SAVE_AT)], world=2)
+                                               "--save_at", str(SAVE_AT), *model], world=2)
             assert len(records) == STEPS
-            runs[stage, bf16] = (d / "ckpt", records)
-        return runs[stage, bf16]
+            runs[stage, bf16, model] = (d / "ckpt", records)
+        return runs[stage, bf16, model]
     return run
 
 
@@ -64,10 +64,10 @@ def converted(source, out):
     return load_file(str(out / f"global_step{SAVE_AT}" / "rank_00000.safetensors"))
 
 
-def continue_ours(out, stage, world, tmp_path, bf16=False):
+def continue_ours(out, stage, world, tmp_path, bf16=False, model=()):
     return run_script("dscpp", ["train_script.py", "--config",
                                 write_config(tmp_path, config(stage, bf16=bf16), f"ours{stage}.json"),
-                                "--steps", str(STEPS - SAVE_AT), "--load_dir", str(out)], world=world)
+                                "--steps", str(STEPS - SAVE_AT), "--load_dir", str(out), *model], world=world)
 
 
 def to_universal(ckpt, tmp_path):
@@ -86,6 +86,20 @@ def test_continues_a_deepspeed_run_at_its_layout(stage, deepspeed_run, tmp_path)
     assert converted(ckpt, tmp_path / "ours")
     ours = continue_ours(tmp_path / "ours", stage, 2, tmp_path)
     assert_same_steps(ours, theirs[SAVE_AT:], STEPS - SAVE_AT)
+
+
+@pytest.mark.parametrize("stage", [1, 3])
+def test_buffers_and_frozen_parameters_carry_over(stage, deepspeed_run, tmp_path):
+    """BatchNorm's running statistics (DeepSpeed's module state) and a frozen parameter (in the module at ZeRO 1, in
+    per-rank frozen_param_fragments at ZeRO 3) become the converted checkpoint's module tensors, whole; the
+    continuation, which evaluates with them, follows DeepSpeed's."""
+    model = ("--model", "batchnorm", "--freeze", "fc1.bias", "--eval")
+    ckpt, theirs = deepspeed_run(stage, model=model)
+    ours = converted(ckpt, tmp_path / "ours")
+    assert ours["module/fc1.bias"].shape == (32,) and "master/fc1.bias" not in ours
+    assert not torch.equal(ours["module/norm.running_mean"], torch.zeros(32))
+    assert_same_steps(continue_ours(tmp_path / "ours", stage, 2, tmp_path, model=model), theirs[SAVE_AT:],
+                      STEPS - SAVE_AT)
 
 
 def test_continues_a_bf16_deepspeed_run(deepspeed_run, tmp_path):

@@ -8,7 +8,7 @@ test compares the two runs line by line.
 
     python train_script.py --impl deepspeed|dscpp --config CONFIG.json --steps N
         [--client_optimizer adamw|sgd] [--model mlp|batchnorm|moe] [--eval]
-        [--save_dir DIR --save_at K] [--load_dir DIR]
+        [--save_dir DIR --save_at K] [--load_dir DIR] [--freeze PARAM]
         [--moe_experts E --moe_k K --moe_ep E --moe_capacity_factor F --moe_use_rts 0|1]
 """
 import argparse
@@ -28,6 +28,7 @@ p.add_argument("--eval", action="store_true", help="an evaluation loss after eac
 p.add_argument("--save_dir", default=None)
 p.add_argument("--save_at", type=int, default=0, help="save_checkpoint after this step (with client state)")
 p.add_argument("--load_dir", default=None, help="load_checkpoint first and train --steps more")
+p.add_argument("--freeze", default=None, help="a parameter left out of training (requires_grad False), as LoRA's")
 p.add_argument("--moe_experts", type=int, default=4)
 p.add_argument("--moe_k", type=int, default=1)
 p.add_argument("--moe_ep", type=int, default=1)
@@ -82,6 +83,8 @@ class Net(torch.nn.Module):
 
 torch.manual_seed(0)
 model = Net(args.model)
+if args.freeze:
+    model.get_parameter(args.freeze).requires_grad_(False)
 with open(args.config) as f:
     config = json.load(f)
 

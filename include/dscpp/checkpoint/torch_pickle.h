@@ -48,6 +48,10 @@ struct PyValue {
   std::vector<std::pair<PyRef, PyRef>> entries;  // kDict
   torch::Tensor tensor;
   PyRef state;  // kObject: what BUILD gave it (a dict for DeepSpeed's classes), or null
+  // The reader's bookkeeping: the containers nested in this one (itself included), and whether it was placed in
+  // another (after which a pickle may not change it: no value contains itself, and nesting is bounded).
+  int depth = 0;
+  bool sealed = false;
 
   // The dict entry under a string key, or null (also when this is not a dict).
   const PyValue* find(const std::string& key) const;

@@ -453,7 +453,10 @@ std::map<std::string, torch::Tensor> read_frozen(const Tag& t, const std::set<st
       if (!trained.count(name) && !skip.count(name)) shapes.push_back({name, v->as_tensor(t.dir).sizes().vec()});
     }
   }
-  if (t.models.empty()) {
+  // ZeRO 3 keeps each rank's piece of a frozen parameter in that rank's model states (frozen_param_fragments);
+  // elsewhere, and in a universal checkpoint written by our exporter, the module holds it whole.
+  const auto* fragments = ms.find("frozen_param_fragments");
+  if (t.models.empty() || !fragments || fragments->is_none()) {
     for (const auto& p : shapes) {
       const auto& value = module.at(p.name, t.dir + " module").as_tensor(t.dir);
       if (value.sizes().vec() != p.shape) {

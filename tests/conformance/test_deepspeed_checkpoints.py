@@ -6,6 +6,9 @@ against DeepSpeed's own steps 4-6 of that run, and at others (1 process; 4 proce
 continuation from its universal checkpoint (ds_to_universal) at that layout. At the load the master weights equal
 DeepSpeed's zero_to_fp32 reconstruction and the Adam moments its universal files, bit for bit. A file holding a
 pickled object that is not data is refused naming it, without running it; a truncated one names the file.
+
+The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint of our run, which real
+DeepSpeed continues like our own continuation. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
 """
 import argparse
 import os
@@ -80,7 +83,7 @@ def to_universal(ckpt, tmp_path):
     return out
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
+@pytest.mark.parametrize("stage", [0, 1, 2, 3], ids=["zero0_long", "zero1", "zero2_long", "zero3"])
 def test_continues_a_deepspeed_run_at_its_layout(stage, deepspeed_run, tmp_path):
     ckpt, theirs = deepspeed_run(stage)
     assert converted(ckpt, tmp_path / "ours")
@@ -88,7 +91,7 @@ def test_continues_a_deepspeed_run_at_its_layout(stage, deepspeed_run, tmp_path)
     assert_same_steps(ours, theirs[SAVE_AT:], STEPS - SAVE_AT)
 
 
-@pytest.mark.parametrize("stage", [1, 3])
+@pytest.mark.parametrize("stage", [1, 3], ids=["zero1_long", "zero3"])
 def test_buffers_and_frozen_parameters_carry_over(stage, deepspeed_run, tmp_path):
     """BatchNorm's running statistics (DeepSpeed's module state) and a frozen parameter (in the module at ZeRO 1, in
     per-rank frozen_param_fragments at ZeRO 3) become the converted checkpoint's module tensors, whole; the
@@ -102,7 +105,7 @@ def test_buffers_and_frozen_parameters_carry_over(stage, deepspeed_run, tmp_path
                       STEPS - SAVE_AT)
 
 
-def test_continues_a_bf16_deepspeed_run(deepspeed_run, tmp_path):
+def test_continues_a_bf16_deepspeed_run_long(deepspeed_run, tmp_path):
     """DeepSpeed names a bf16 run's optimizer files bf16_zero_pp_rank_*. The first step after the load is a forward
     of the same bf16 rounding of the same master weights: equal. Later steps differ by the order of bf16 sums, as
     every bf16 comparison with DeepSpeed (test_training.py's bound: a few of bf16's steps)."""
@@ -113,7 +116,7 @@ def test_continues_a_bf16_deepspeed_run(deepspeed_run, tmp_path):
     assert_same_steps(ours, theirs[SAVE_AT:], STEPS - SAVE_AT, tol=2e-2)
 
 
-@pytest.mark.parametrize("stage", [1, 2, 3])
+@pytest.mark.parametrize("stage", [1, 2, 3], ids=["zero1_long", "zero2_long", "zero3"])
 def test_master_weights_and_moments_are_deepspeeds_bit_for_bit(stage, deepspeed_run, tmp_path):
     """Against DeepSpeed's own reassembly: zero_to_fp32 for the weights, ds_to_universal's files for the moments."""
     ckpt, _ = deepspeed_run(stage)
@@ -134,7 +137,7 @@ def test_master_weights_and_moments_are_deepspeeds_bit_for_bit(stage, deepspeed_
             assert torch.equal(ours[f"{kind}/{name}"], saved.reshape(-1)), (kind, name)
 
 
-@pytest.mark.parametrize("stage,world", [(2, 1), (3, 4)])
+@pytest.mark.parametrize("stage,world", [(2, 1), (3, 4)], ids=["zero2_to_one_long", "zero3_to_four"])
 def test_continues_at_another_world_size(stage, world, deepspeed_run, tmp_path):
     """Ours at `world` processes (ZeRO 0 on one, ZeRO 3 on four) from the converted checkpoint, against DeepSpeed's
     continuation at that layout from its universal checkpoint (DeepSpeed loads universal checkpoints under ZeRO only:
@@ -206,3 +209,63 @@ def test_loading_a_deepspeed_checkpoint_directly_says_how_to_convert_it(deepspee
     assert result.returncode != 0
     assert "a checkpoint written by DeepSpeed" in result.stderr
     assert "dscpp convert --from deepspeed" in result.stderr
+
+
+# ---- the other way: a run started here, continued by real DeepSpeed ----
+
+@pytest.fixture(scope="module")
+def our_run(tmp_path_factory):
+    """our_run(stage) -> (checkpoint dir, our 6 step records): our engine's run of the same script, saving at 3."""
+    runs = {}
+
+    def run(stage):
+        if stage not in runs:
+            d = tmp_path_factory.mktemp(f"ours_zero{stage}")
+            records = run_script("dscpp", ["train_script.py", "--config", write_config(d, config(stage)),
+                                           "--steps", str(STEPS), "--save_dir", str(d / "ckpt"),
+                                           "--save_at", str(SAVE_AT)], world=2)
+            assert len(records) == STEPS
+            runs[stage] = (d / "ckpt", records)
+        return runs[stage]
+    return run
+
+
+def to_deepspeed(source, out):
+    result = subprocess.run([DSCPP, "convert", "--to", "deepspeed", str(source), str(out)], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.parametrize("stage,world,their_stage", [(1, 2, 1), (2, 2, 2), (3, 2, 3), (1, 1, 1), (3, 4, 3)],
+                         ids=["zero1_long", "zero2_long", "zero3", "zero1_to_one", "zero3_to_four_long"])
+def test_deepspeed_continues_our_run(stage, world, their_stage, our_run, tmp_path):
+    """`dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint; real DeepSpeed loads it
+    ("load_universal") and continues: at the saving layout like our own run's steps 4-6, at another like our
+    continuation at that layout (ZeRO 0 on one process, ZeRO 3 on four) from our checkpoint."""
+    ckpt, ours = our_run(stage)
+    universal = to_deepspeed(ckpt, tmp_path / "deepspeed")
+    theirs = run_script("deepspeed", ["train_script.py", "--config",
+                                      write_config(tmp_path, config(their_stage, universal=True), "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(universal)], world=world)
+    if world != 2:
+        ours = [None] * SAVE_AT + continue_ours(ckpt, 0 if world == 1 else stage, world, tmp_path)
+    assert_same_steps(theirs, ours[SAVE_AT:], STEPS - SAVE_AT)
+
+
+def test_our_checkpoint_through_deepspeeds_layout_and_back_is_bit_for_bit(our_run, tmp_path):
+    """Ours (2 ranks' fragments) → DeepSpeed's universal files → ours again (one file): the master weights are those
+    `dscpp consolidate` assembles from the original, and the per-parameter files are plain tensors that torch.load
+    reads with weights_only=True."""
+    ckpt, _ = our_run(1)
+    universal = to_deepspeed(ckpt, tmp_path / "deepspeed")
+    back = converted(universal, tmp_path / "back")
+    subprocess.run([DSCPP, "consolidate", str(ckpt), str(tmp_path / "weights")], check=True, capture_output=True)
+    weights = load_file(str(tmp_path / "weights" / "model.safetensors"))
+    assert sorted("master/" + name for name in weights) == sorted(k for k in back if k.startswith("master/"))
+    for name, value in weights.items():
+        assert torch.equal(back["master/" + name], value.reshape(-1)), name
+        for kind in ("fp32", "exp_avg", "exp_avg_sq"):
+            saved = torch.load(universal / f"global_step{SAVE_AT}" / "zero" / name / f"{kind}.pt", weights_only=True)
+            assert saved["param"].shape == value.shape
+            assert torch.equal(back[("master" if kind == "fp32" else kind) + "/" + name], saved["param"].reshape(-1))

@@ -1,6 +1,7 @@
 // `dscpp convert --from deepspeed DS_DIR OUT [--tag T]`: a DeepSpeed checkpoint as one of ours
 // (dscpp/checkpoint/deepspeed_checkpoint.h), so a run started under DeepSpeed continues under this engine at any
-// world size and ZeRO stage.
+// world size and ZeRO stage. `dscpp convert --to deepspeed OUR_DIR OUT [--tag T]`: one of ours as DeepSpeed's
+// universal checkpoint (dscpp/checkpoint/deepspeed_export.h), so real DeepSpeed continues it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,10 +12,11 @@
 namespace dscpp {
 
 struct ConvertArgs {
-  std::string from;     // "deepspeed"
-  std::string source;   // DeepSpeed's save_dir (holding `latest` and global_stepN/)
-  std::string out_dir;  // our save_dir to write (the same tag, and `latest`)
-  std::string tag;      // "" = the tag DeepSpeed's `latest` names
+  std::string from;     // "deepspeed": read DeepSpeed's, write ours
+  std::string to;       // "deepspeed": read ours, write DeepSpeed's universal checkpoint
+  std::string source;   // the save_dir to read (holding `latest` and the tags)
+  std::string out_dir;  // the save_dir to write (the same tag, and `latest`)
+  std::string tag;      // "" = the tag the source's `latest` names
 };
 
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& args);

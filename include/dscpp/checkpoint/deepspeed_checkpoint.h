@@ -6,7 +6,8 @@
 // world size and stage (docs/checkpoints.md, "Coming from DeepSpeed").
 //
 // The files are read by torch_pickle.h's reader: tensors, containers and DeepSpeed's few plain objects, nothing
-// executed. Layouts read: ZeRO 0 (fp32), ZeRO 1 and 2 (one flat partition per param group per rank, optional
+// executed. Layouts read: ZeRO 0 (fp32; its optimizer state names no parameters, so one param group over the
+// module's parameters in order), ZeRO 1 and 2 (one flat partition per param group per rank, optional
 // per-parameter alignment padding), ZeRO 3 (each parameter split in equal padded pieces, one per rank, sub-groups
 // concatenated) and DeepSpeed's universal format (ds_to_universal's folder per parameter; its tag in
 // `latest_universal`), with DeepSpeed's Adam / AdamW. Anything else (pipeline or tensor-parallel files, MoE experts,

@@ -76,6 +76,26 @@ struct PyValue {
   std::string kind_name() const;
 };
 
+// Builders for writing: plain values, containers (a dict keeps the order given), tensors, and objects of a named
+// class — with `state` (a dict) written as the class's attributes, as Python pickles a plain class instance; without,
+// as a call of the class with `args` (how an Enum or torch.Size pickles).
+PyRef py_none();
+PyRef py_bool(bool value);
+PyRef py_int(int64_t value);
+PyRef py_float(double value);
+PyRef py_str(std::string value);
+PyRef py_list(std::vector<PyRef> items);
+PyRef py_tuple(std::vector<PyRef> items);
+PyRef py_dict(std::vector<std::pair<std::string, PyRef>> entries);
+PyRef py_tensor(torch::Tensor tensor);
+PyRef py_object(std::string qualified_class, std::vector<PyRef> args, PyRef state = nullptr);
+
+// Writes `value` as torch.save does (zip format, pickle protocol 2), so Python's torch.load reads it — with
+// weights_only=True when it holds only values, containers and tensors. Each tensor is written contiguous, on the CPU,
+// as its own storage. Throws std::runtime_error naming `path` when it cannot be written or a value has no pickle
+// form here (bytes, a global).
+void save_torch_file(const std::string& path, const PyValue& value);
+
 // Reads `path`, a torch.save file, into its value; tensors are CPU tensors holding their own copy of the bytes.
 // Throws std::runtime_error naming the file when it cannot be opened, is not a zip-format torch.save file (written
 // by torch < 1.6), is truncated or corrupt, or names a Python object outside the allowed list (naming the object).

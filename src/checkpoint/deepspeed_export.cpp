@@ -9,6 +9,7 @@
 #include "dscpp/checkpoint/checkpoint_reader.h"
 #include "dscpp/checkpoint/torch_pickle.h"
 #include "dscpp/config/config.h"
+#include "dscpp/optim/options.h"
 #include "dscpp/schedule/lr_schedule.h"
 
 namespace fs = std::filesystem;
@@ -56,8 +57,8 @@ void write_param_file(const fs::path& path, torch::Tensor value) {
 
 }  // namespace
 
-DeepSpeedExport write_deepspeed_universal(const std::string& checkpoint_dir, const std::string& tag_arg,
-                                          const std::string& out_dir) {
+DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, const std::string& tag_arg,
+                                           const std::string& out_dir, DeepSpeedLayout layout) {
   const auto tag = resolve_tag(checkpoint_dir, tag_arg);
   CheckpointReader checkpoint((fs::path(checkpoint_dir) / tag).string());
   const Manifest& m = checkpoint.manifest();
@@ -69,40 +70,61 @@ DeepSpeedExport write_deepspeed_universal(const std::string& checkpoint_dir, con
   if (m.compute_dtype == "fp16") {
     throw CheckpointError(source + ": an fp16 run; writing DeepSpeed's fp16 loss scaler is not supported yet");
   }
+  if (layout == DeepSpeedLayout::kZero0 && m.compute_dtype != "fp32") {
+    throw CheckpointError(source + ": a " + m.compute_dtype + " run; DeepSpeed's ZeRO-0 layout is written for fp32 "
+                          "runs (a 16-bit run without ZeRO has DeepSpeed's own optimizer wrapper): write the "
+                          "universal checkpoint and continue at ZeRO 1-3");
+  }
   if (m.pipeline_parallel * m.tensor_parallel != 1) {
     throw CheckpointError(source + ": written by a pipeline- or tensor-parallel run; DeepSpeed's layout for those is "
                           "not written yet");
   }
 
-  // The lr the next step runs at: the schedule's after the steps it has applied (LRSchedule's contract).
+  // The run's Adam settings, and the lr the next step runs at: the schedule's after the steps it has applied
+  // (LRSchedule's contract).
   ConfigOptions options;
   options.world_size = m.world_size;
   options.warn = [](const std::string&) {};
   const auto config = Config::from_json(m.config, options);
-  const double base_lr = config.optimizer ? config.optimizer->lr() : 1e-3;
-  const double lr = config.scheduler ? make_lr_schedule(*config.scheduler, base_lr)->lr_at(m.scheduler_position - 1)
-                                     : base_lr;
+  const AdamOptions* settings = config.optimizer ? std::get_if<AdamOptions>(&config.optimizer->options) : nullptr;
+  if (!settings) {
+    throw CheckpointError(source + ": the run's config has no Adam / AdamW \"optimizer\" section (a script's own "
+                          "optimizer?): its settings, which DeepSpeed's files carry, are not in the checkpoint");
+  }
+  const AdamOptions& adam = *settings;
+  const double lr = config.scheduler ? make_lr_schedule(*config.scheduler, adam.lr)->lr_at(m.scheduler_position - 1)
+                                     : adam.lr;
 
   prepare_staging(out_dir, tag);
   const fs::path staging = staging_dir(out_dir, tag);
   const fs::path zero = staging / "zero";
-  fs::create_directories(zero);
 
   DeepSpeedExport result;
   result.tag = tag;
   std::vector<std::pair<std::string, PyRef>> module, shapes;
+  std::vector<PyRef> indices;
+  auto state = py_dict({});  // ZeRO 0: torch's optimizer state, by parameter index
   for (const auto& p : m.params) {
-    const fs::path folder = zero / p.name;
-    fs::create_directories(folder);
     auto read = [&](const std::string& kind) {
       auto out = torch::empty({p.numel()}, torch::kFloat32);
       checkpoint.read_range(kind, p.name, 0, out);
       return out.reshape(p.shape);
     };
     const auto master = read(kMasterKind);
-    write_param_file(folder / "fp32.pt", master);
-    for (const auto& kind : m.optimizer_state) write_param_file(folder / (kind + ".pt"), read(kind));
-    save_torch_file((folder / "step.pt").string(), *py_int(m.optimizer_step_count));
+    if (layout == DeepSpeedLayout::kUniversal) {
+      const fs::path folder = zero / p.name;
+      fs::create_directories(folder);
+      write_param_file(folder / "fp32.pt", master);
+      for (const auto& kind : m.optimizer_state) write_param_file(folder / (kind + ".pt"), read(kind));
+      save_torch_file((folder / "step.pt").string(), *py_int(m.optimizer_step_count));
+    } else {
+      // DeepSpeed's FusedAdam takes the step of the group's last parameter for all of them: every one holds it.
+      std::vector<std::pair<std::string, PyRef>> entries{{"step", py_int(m.optimizer_step_count)}};
+      for (const auto& kind : m.optimizer_state) entries.emplace_back(kind, py_tensor(read(kind)));
+      const auto index = static_cast<int64_t>(indices.size());
+      state->entries.emplace_back(py_int(index), py_dict(entries));
+      indices.push_back(py_int(index));
+    }
     module.emplace_back(p.name, py_tensor(master));
     shapes.emplace_back(p.name, torch_size(p.shape));
     ++result.parameters;
@@ -119,34 +141,50 @@ DeepSpeedExport write_deepspeed_universal(const std::string& checkpoint_dir, con
     }
   }
 
-  // zero/optimizer_state.pt: the loss scaler, clipping and version every stage's loader checks, and the lr (ZeRO 1
-  // and 2 read param_groups; ZeRO 3 optimizer_state_dict, with the step).
-  auto scaler = py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", {},
-                          py_dict({{"cur_scale", py_float(m.loss_scaler.scale)}, {"dynamic", py_bool(false)}}));
-  std::vector<PyRef> groups;
-  for (int i = 0; i < kParamGroupEntries; ++i) groups.push_back(py_dict({{"lr", py_float(lr)}}));
-  auto step_state = py_dict({});
-  step_state->entries.emplace_back(py_int(0), py_dict({{"step", py_int(m.optimizer_step_count)}}));
-  save_torch_file((zero / "optimizer_state.pt").string(),
-                  *py_dict({{"loss_scaler", scaler},
-                            {"dynamic_loss_scale", py_bool(false)},
-                            {"overflow", py_bool(false)},
-                            {"clip_grad", py_float(config.gradient_clipping)},
-                            {"ds_version", py_str(kDeepSpeedLayoutVersion)},
-                            {"zero_stage", py_object("deepspeed.runtime.zero.config.ZeroStageEnum",
-                                                     {py_int(m.zero_stage)})},
-                            {"partition_count", py_int(m.world_size)},
-                            {"param_groups", py_list(groups)},
-                            {"optimizer_state_dict",
-                             py_dict({{"state", step_state}, {"param_groups", py_list({groups[0]})}})}}));
+  PyRef optimizer = py_none();
+  if (layout == DeepSpeedLayout::kUniversal) {
+    // zero/optimizer_state.pt: the loss scaler, clipping and version every stage's loader checks, and the lr (ZeRO 1
+    // and 2 read param_groups; ZeRO 3 optimizer_state_dict, with the step).
+    auto scaler = py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", {},
+                            py_dict({{"cur_scale", py_float(m.loss_scaler.scale)}, {"dynamic", py_bool(false)}}));
+    std::vector<PyRef> groups;
+    for (int i = 0; i < kParamGroupEntries; ++i) groups.push_back(py_dict({{"lr", py_float(lr)}}));
+    auto step_state = py_dict({});
+    step_state->entries.emplace_back(py_int(0), py_dict({{"step", py_int(m.optimizer_step_count)}}));
+    save_torch_file((zero / "optimizer_state.pt").string(),
+                    *py_dict({{"loss_scaler", scaler},
+                              {"dynamic_loss_scale", py_bool(false)},
+                              {"overflow", py_bool(false)},
+                              {"clip_grad", py_float(config.gradient_clipping)},
+                              {"ds_version", py_str(kDeepSpeedLayoutVersion)},
+                              {"zero_stage", py_object("deepspeed.runtime.zero.config.ZeroStageEnum",
+                                                       {py_int(m.zero_stage)})},
+                              {"partition_count", py_int(m.world_size)},
+                              {"param_groups", py_list(groups)},
+                              {"optimizer_state_dict",
+                               py_dict({{"state", step_state}, {"param_groups", py_list({groups[0]})}})}}));
+  } else {
+    // torch's Optimizer.state_dict() of DeepSpeed's FusedAdam over one param group of the module's parameters in
+    // order (load_state_dict restores every group key from it, so all of FusedAdam's are here).
+    optimizer = py_dict(
+        {{"state", state},
+         {"param_groups",
+          py_list({py_dict({{"lr", py_float(lr)},
+                            {"bias_correction", py_bool(adam.bias_correction)},
+                            {"betas", py_tuple({py_float(adam.betas[0]), py_float(adam.betas[1])})},
+                            {"eps", py_float(adam.eps)},
+                            {"weight_decay", py_float(adam.weight_decay)},
+                            {"step", py_int(0)},
+                            {"params", py_list(indices)}})})}});
+  }
 
   // The model states: the weights (whole; ZeRO 3 takes them from the folders above), where training stood, the
-  // schedule's position (DeepSpeed counts last_batch_iteration from -1) and the client state. The same file under
-  // the name ZeRO 1/2 loads and the name ZeRO 3 loads.
+  // schedule's position (DeepSpeed counts last_batch_iteration from -1) and the client state. The universal
+  // checkpoint has the same file under the name ZeRO 1/2 loads and the name ZeRO 3 loads.
   std::vector<std::pair<std::string, PyRef>> states = {
       {"module", py_dict(module)},
       {"buffer_names", py_list(buffer_names)},
-      {"optimizer", py_none()},
+      {"optimizer", optimizer},
       {"param_shapes", py_list({py_dict(shapes)})},
       {"frozen_param_shapes", frozen_shapes.empty() ? py_none() : py_dict(frozen_shapes)},
       {"shared_params", py_dict({})},
@@ -164,16 +202,16 @@ DeepSpeedExport write_deepspeed_universal(const std::string& checkpoint_dir, con
       {"ds_version", py_str(kDeepSpeedLayoutVersion)},
   };
   if (m.client_state.is_object()) {
-    for (const auto& [key, value] : m.client_state.items()) {
-      states.emplace_back(key, json_to_py(value));
-    }
+    for (const auto& [key, value] : m.client_state.items()) states.emplace_back(key, json_to_py(value));
   }
   const auto model_states = py_dict(states);
   save_torch_file((staging / "mp_rank_00_model_states.pt").string(), *model_states);
-  save_torch_file((staging / "zero_pp_rank_0_mp_rank_00_model_states.pt").string(), *model_states);
+  if (layout == DeepSpeedLayout::kUniversal) {
+    save_torch_file((staging / "zero_pp_rank_0_mp_rank_00_model_states.pt").string(), *model_states);
+  }
 
   publish_staging(out_dir, tag);
-  write_file_durably((fs::path(out_dir) / "latest_universal").string(), tag);
+  if (layout == DeepSpeedLayout::kUniversal) write_file_durably((fs::path(out_dir) / "latest_universal").string(), tag);
   write_latest(out_dir, tag);
   return result;
 }

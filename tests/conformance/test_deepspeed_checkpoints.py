@@ -230,27 +230,30 @@ def our_run(tmp_path_factory):
     return run
 
 
-def to_deepspeed(source, out):
-    result = subprocess.run([DSCPP, "convert", "--to", "deepspeed", str(source), str(out)], capture_output=True,
-                            text=True, timeout=300)
+def to_deepspeed(source, out, *flags):
+    result = subprocess.run([DSCPP, "convert", "--to", "deepspeed", *flags, str(source), str(out)],
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return out
 
 
-@pytest.mark.parametrize("stage,world,their_stage", [(1, 2, 1), (2, 2, 2), (3, 2, 3), (1, 1, 1), (3, 4, 3)],
-                         ids=["zero1_long", "zero2_long", "zero3", "zero1_to_one", "zero3_to_four_long"])
+@pytest.mark.parametrize("stage,world,their_stage",
+                         [(1, 2, 1), (2, 2, 2), (3, 2, 3), (1, 2, 0), (1, 1, 0), (2, 1, 1), (3, 4, 3)],
+                         ids=["zero1_long", "zero2_long", "zero3", "zero1_to_zero0_long", "zero1_to_one_zero0",
+                              "zero2_to_one_long", "zero3_to_four_long"])
 def test_deepspeed_continues_our_run(stage, world, their_stage, our_run, tmp_path):
-    """`dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint; real DeepSpeed loads it
-    ("load_universal") and continues: at the saving layout like our own run's steps 4-6, at another like our
-    continuation at that layout (ZeRO 0 on one process, ZeRO 3 on four) from our checkpoint."""
+    """`dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint (or, for a run without ZeRO, its ZeRO-0
+    layout: `--zero_stage 0`); real DeepSpeed loads it ("load_universal") and continues: at the saving world size
+    like our own run's steps 4-6, at another like our continuation at that layout (ZeRO 0 on one process, ZeRO 3 on
+    four) from our checkpoint."""
     ckpt, ours = our_run(stage)
-    universal = to_deepspeed(ckpt, tmp_path / "deepspeed")
-    theirs = run_script("deepspeed", ["train_script.py", "--config",
-                                      write_config(tmp_path, config(their_stage, universal=True), "theirs.json"),
-                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(universal)], world=world)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed", *(["--zero_stage", "0"] if their_stage == 0 else []))
+    their_config = config(their_stage, universal=their_stage > 0)
+    theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, their_config, "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written)], world=world)
     if world != 2:
         ours = [None] * SAVE_AT + continue_ours(ckpt, 0 if world == 1 else stage, world, tmp_path)
-    assert_same_steps(theirs, ours[SAVE_AT:], STEPS - SAVE_AT)
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
 
 
 def test_our_checkpoint_through_deepspeeds_layout_and_back_is_bit_for_bit(our_run, tmp_path):

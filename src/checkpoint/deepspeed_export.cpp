@@ -23,9 +23,10 @@ constexpr const char* kDeepSpeedLayoutVersion = "0.19.8";
 
 // DeepSpeed restores param group i's hyperparameters from the file's entry i and, at ZeRO 1 and 2, loads the
 // optimizer state of only as many of its groups as the file has entries (it zips the two lists). The file cannot know
-// the loading script's groups, so it holds this many entries, each with the lr alone: every group the script built
-// keeps its own weight decay, betas and eps, and takes the lr the schedule gives next.
-constexpr int kParamGroupEntries = 64;
+// the loading script's groups, so it holds this many entries — one dict, pickled once and referenced — each with
+// only what the schedule sets (the lr it gives next; OneCycle's betas): every group the script built keeps its own
+// weight decay, eps, and, without a schedule, its lr.
+constexpr int kParamGroupEntries = 1 << 16;
 
 PyRef torch_size(const std::vector<int64_t>& shape) {
   std::vector<PyRef> dims;
@@ -79,6 +80,16 @@ DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, co
     throw CheckpointError(source + ": written by a pipeline- or tensor-parallel run; DeepSpeed's layout for those is "
                           "not written yet");
   }
+  // DeepSpeed's universal load restores trainable parameters only (engine.py skips the module state under
+  // load_universal): buffers and frozen parameters would silently keep the loading script's initial values.
+  if (layout == DeepSpeedLayout::kUniversal && !m.module_state.empty()) {
+    const auto& e = m.module_state.front();
+    throw CheckpointError(source + ": the model has " + std::to_string(m.module_state.size()) +
+                          " buffers or frozen parameters (" + (e.frozen ? "frozen parameter '" : "buffer '") +
+                          e.name + "'), which DeepSpeed's universal load does not restore; write its ZeRO-0 layout "
+                          "(--zero_stage 0) to continue without ZeRO, as DeepSpeed's per-rank ZeRO 1-3 files are "
+                          "not written yet");
+  }
 
   // The run's Adam settings, and the lr the next step runs at: the schedule's after the steps it has applied
   // (LRSchedule's contract).
@@ -92,8 +103,12 @@ DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, co
                           "optimizer?): its settings, which DeepSpeed's files carry, are not in the checkpoint");
   }
   const AdamOptions& adam = *settings;
-  const double lr = config.scheduler ? make_lr_schedule(*config.scheduler, adam.lr)->lr_at(m.scheduler_position - 1)
-                                     : adam.lr;
+  const auto schedule = config.scheduler ? make_lr_schedule(*config.scheduler, adam.lr) : nullptr;
+  const double lr = schedule ? schedule->lr_at(m.scheduler_position - 1) : adam.lr;
+  // OneCycle cycles beta1 (and sets beta2 0.99) at every step; DeepSpeed's load restores neither.
+  const auto scheduled_betas = schedule ? schedule->betas_at(m.scheduler_position - 1) : std::nullopt;
+  const Betas group_betas = scheduled_betas.value_or(Betas{adam.betas[0], adam.betas[1]});
+  const auto betas = py_tuple({py_float(group_betas.beta1), py_float(group_betas.beta2)});
 
   prepare_staging(out_dir, tag);
   const fs::path staging = staging_dir(out_dir, tag);
@@ -147,8 +162,10 @@ DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, co
     // and 2 read param_groups; ZeRO 3 optimizer_state_dict, with the step).
     auto scaler = py_object("deepspeed.runtime.fp16.loss_scaler.LossScaler", {},
                             py_dict({{"cur_scale", py_float(m.loss_scaler.scale)}, {"dynamic", py_bool(false)}}));
-    std::vector<PyRef> groups;
-    for (int i = 0; i < kParamGroupEntries; ++i) groups.push_back(py_dict({{"lr", py_float(lr)}}));
+    std::vector<std::pair<std::string, PyRef>> scheduled;
+    if (schedule) scheduled.emplace_back("lr", py_float(lr));
+    if (scheduled_betas) scheduled.emplace_back("betas", betas);
+    const std::vector<PyRef> groups(kParamGroupEntries, py_dict(scheduled));
     auto step_state = py_dict({});
     step_state->entries.emplace_back(py_int(0), py_dict({{"step", py_int(m.optimizer_step_count)}}));
     save_torch_file((zero / "optimizer_state.pt").string(),
@@ -171,7 +188,7 @@ DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, co
          {"param_groups",
           py_list({py_dict({{"lr", py_float(lr)},
                             {"bias_correction", py_bool(adam.bias_correction)},
-                            {"betas", py_tuple({py_float(adam.betas[0]), py_float(adam.betas[1])})},
+                            {"betas", betas},
                             {"eps", py_float(adam.eps)},
                             {"weight_decay", py_float(adam.weight_decay)},
                             {"step", py_int(0)},

@@ -689,7 +689,7 @@ class Pickler {
   }
   void str(const std::string& s) {
     out_ += 'X';
-    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((s.size() >> (8 * i)) & 0xff));
+    put4(static_cast<uint32_t>(s.size()));
     out_ += s;
   }
   void integer(int64_t v) {
@@ -716,7 +716,33 @@ class Pickler {
     out_ += 't';
   }
 
+  void put4(uint32_t n) {
+    for (int i = 0; i < 4; ++i) out_.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  }
+
+  // A container or object met again is a reference to the first (LONG_BINGET of the memo), as Python's pickler
+  // writes it: a value placed many times costs a few bytes each, and reads back as one object.
   void write(const PyValue& v) {
+    const bool shared = v.kind == Kind::kList || v.kind == Kind::kTuple || v.kind == Kind::kDict ||
+                        v.kind == Kind::kObject;
+    if (shared) {
+      const auto it = memo_.find(&v);
+      if (it != memo_.end()) {
+        out_ += 'j';
+        put4(it->second);
+        return;
+      }
+    }
+    write_value(v);
+    if (shared) {
+      const auto id = static_cast<uint32_t>(memo_.size());
+      memo_.emplace(&v, id);
+      out_ += 'r';  // LONG_BINPUT, once the value is complete
+      put4(id);
+    }
+  }
+
+  void write_value(const PyValue& v) {
     switch (v.kind) {
       case Kind::kNone: out_ += 'N'; return;
       case Kind::kBool: out_ += v.boolean ? "\x88" : "\x89"; return;
@@ -791,6 +817,7 @@ class Pickler {
   std::string path_;
   std::string out_;
   std::vector<torch::Tensor> storages_;
+  std::map<const PyValue*, uint32_t> memo_;
 };
 
 }  // namespace

@@ -11,6 +11,7 @@ The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal check
 DeepSpeed continues like our own continuation. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
 """
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -26,11 +27,16 @@ SAVE_AT, STEPS = 3, 6
 DSCPP = os.path.join(os.environ.get("DSCPP_BINARY_DIR", os.path.join(HERE, "..", "..", "build")), "dscpp")
 
 
-def config(stage, universal=False, bf16=False):
+WARMUP = {"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_max_lr": 0.01}}
+# OneCycle cycles Adam's beta1 each step (cycle_momentum, its default), which DeepSpeed's load does not restore.
+ONE_CYCLE = {"type": "OneCycle", "params": {"cycle_min_lr": 0.001, "cycle_max_lr": 0.01, "cycle_first_step_size": 4,
+                                            "cycle_min_mom": 0.8, "cycle_max_mom": 0.9}}
+
+
+def config(stage, universal=False, bf16=False, scheduler=WARMUP):
     c = {"train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
          "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.01}},
-         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 5, "warmup_max_lr": 0.01}},
-         "zero_optimization": {"stage": stage}}
+         "scheduler": scheduler, "zero_optimization": {"stage": stage}}
     if universal:
         c["checkpoint"] = {"load_universal": True}
     if bf16:
@@ -218,15 +224,17 @@ def our_run(tmp_path_factory):
     """our_run(stage) -> (checkpoint dir, our 6 step records): our engine's run of the same script, saving at 3."""
     runs = {}
 
-    def run(stage):
-        if stage not in runs:
+    def run(stage, model=(), scheduler=WARMUP):
+        key = (stage, model, json.dumps(scheduler))
+        if key not in runs:
             d = tmp_path_factory.mktemp(f"ours_zero{stage}")
-            records = run_script("dscpp", ["train_script.py", "--config", write_config(d, config(stage)),
+            records = run_script("dscpp", ["train_script.py", "--config",
+                                           write_config(d, config(stage, scheduler=scheduler)),
                                            "--steps", str(STEPS), "--save_dir", str(d / "ckpt"),
-                                           "--save_at", str(SAVE_AT)], world=2)
+                                           "--save_at", str(SAVE_AT), *model], world=2)
             assert len(records) == STEPS
-            runs[stage] = (d / "ckpt", records)
-        return runs[stage]
+            runs[key] = (d / "ckpt", records)
+        return runs[key]
     return run
 
 
@@ -272,3 +280,32 @@ def test_our_checkpoint_through_deepspeeds_layout_and_back_is_bit_for_bit(our_ru
             saved = torch.load(universal / f"global_step{SAVE_AT}" / "zero" / name / f"{kind}.pt", weights_only=True)
             assert saved["param"].shape == value.shape
             assert torch.equal(back[("master" if kind == "fp32" else kind) + "/" + name], saved["param"].reshape(-1))
+
+
+def test_buffers_go_to_deepspeeds_zero0_layout_and_stop_a_universal_export(our_run, tmp_path):
+    """DeepSpeed's universal load restores trainable parameters only, so a model with buffers (BatchNorm's running
+    statistics) is refused naming one; its ZeRO-0 layout carries them, and DeepSpeed's continuation, evaluating with
+    them, follows ours."""
+    model = ("--model", "batchnorm", "--eval")
+    ckpt, ours = our_run(1, model=model)
+    refused = subprocess.run([DSCPP, "convert", "--to", "deepspeed", str(ckpt), str(tmp_path / "universal")],
+                             capture_output=True, text=True, timeout=300)
+    assert refused.returncode == 1 and "buffer 'norm.running_mean'" in refused.stderr, refused.stderr
+    assert not (tmp_path / "universal" / f"global_step{SAVE_AT}").exists()
+    written = to_deepspeed(ckpt, tmp_path / "zero0", "--zero_stage", "0")
+    theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, config(0), "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written), *model], world=2)
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
+
+
+@pytest.mark.parametrize("their_stage", [1, 0], ids=["universal_long", "zero0_long"])
+def test_one_cycles_momentum_carries_over_long(their_stage, our_run, tmp_path):
+    """OneCycle sets Adam's betas every step and DeepSpeed's load restores only its position: the files carry the
+    betas of the next step (universal: every group's entry; ZeRO 0: the group), so DeepSpeed's first step after the
+    load uses them, as ours does."""
+    ckpt, ours = our_run(1, scheduler=ONE_CYCLE)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed", *(["--zero_stage", "0"] if their_stage == 0 else []))
+    their_config = config(their_stage, universal=their_stage > 0, scheduler=ONE_CYCLE)
+    theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, their_config, "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written)], world=2)
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)

@@ -224,12 +224,12 @@ def our_run(tmp_path_factory):
     """our_run(stage) -> (checkpoint dir, our 6 step records): our engine's run of the same script, saving at 3."""
     runs = {}
 
-    def run(stage, model=(), scheduler=WARMUP):
-        key = (stage, model, json.dumps(scheduler))
+    def run(stage, model=(), scheduler=WARMUP, bf16=False):
+        key = (stage, model, json.dumps(scheduler), bf16)
         if key not in runs:
             d = tmp_path_factory.mktemp(f"ours_zero{stage}")
             records = run_script("dscpp", ["train_script.py", "--config",
-                                           write_config(d, config(stage, scheduler=scheduler)),
+                                           write_config(d, config(stage, scheduler=scheduler, bf16=bf16)),
                                            "--steps", str(STEPS), "--save_dir", str(d / "ckpt"),
                                            "--save_at", str(SAVE_AT), *model], world=2)
             assert len(records) == STEPS
@@ -309,3 +309,16 @@ def test_one_cycles_momentum_carries_over_long(their_stage, our_run, tmp_path):
     theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, their_config, "theirs.json"),
                                       "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written)], world=2)
     assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
+
+
+def test_deepspeed_continues_our_bf16_run_long(our_run, tmp_path):
+    """A bf16 run's universal checkpoint (fp32 masters and moments, as always): DeepSpeed's bf16 ZeRO-2 continuation
+    starts from the same bf16 rounding of the same masters (its first step's loss equal) and follows within a few
+    bf16 steps, as every bf16 comparison with DeepSpeed (test_training.py's bound)."""
+    ckpt, ours = our_run(2, bf16=True)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed")
+    their_config = config(2, universal=True, bf16=True)
+    theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, their_config, "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written)], world=2)
+    assert theirs[0]["loss"] == ours[SAVE_AT]["loss"]
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT, tol=2e-2)

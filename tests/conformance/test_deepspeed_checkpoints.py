@@ -1,4 +1,5 @@
-"""A run started under real DeepSpeed, continued under our engine (docs/checkpoints.md, "Coming from DeepSpeed").
+"""A run started under real DeepSpeed, continued under our engine, and the other way round (docs/checkpoints.md,
+"Coming from DeepSpeed" and "Going back to DeepSpeed").
 
 Real DeepSpeed trains train_script.py's MLP 6 steps on 2 processes at ZeRO 0-3, saving after step 3; `dscpp convert
 --from deepspeed` turns that checkpoint into ours and our engine continues from it for 3 steps: at the same layout
@@ -7,8 +8,9 @@ continuation from its universal checkpoint (ds_to_universal) at that layout. At 
 DeepSpeed's zero_to_fp32 reconstruction and the Adam moments its universal files, bit for bit. A file holding a
 pickled object that is not data is refused naming it, without running it; a truncated one names the file.
 
-The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint of our run, which real
-DeepSpeed continues like our own continuation. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
+The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint of our run (or, for DeepSpeed
+without ZeRO, its ZeRO-0 layout), which real DeepSpeed continues like our own continuation: at ZeRO 0-3, on 1, 2 and
+4 processes, with BatchNorm buffers (ZeRO 0), under OneCycle's cycled momentum, in bf16. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
 """
 import argparse
 import json
@@ -46,7 +48,8 @@ def config(stage, universal=False, bf16=False, scheduler=WARMUP):
 
 @pytest.fixture(scope="module")
 def deepspeed_run(tmp_path_factory):
-    """deepspeed_run(stage[, bf16]) -> (checkpoint dir, DeepSpeed's 6 step records): one real DeepSpeed run each."""
+    """deepspeed_run(stage[, bf16, model flags]) -> (checkpoint dir, DeepSpeed's 6 step records): one real DeepSpeed
+    run each."""
     runs = {}
 
     def run(stage, bf16=False, model=()):

@@ -6,12 +6,31 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 namespace dscpp {
 
+OptimizerStateShape optimizer_state_shape(const std::optional<OptimizerConfig>& optimizer) {
+  if (!optimizer) return {"Adam", 2, false, true};
+  return std::visit(
+      [&](const auto& o) -> OptimizerStateShape {
+        using T = std::decay_t<decltype(o)>;
+        if constexpr (std::is_same_v<T, AdamOptions>) return {optimizer->type, o.amsgrad ? 3 : 2, false};
+        if constexpr (std::is_same_v<T, SgdOptions>) return {optimizer->type, o.momentum != 0.0 ? 1 : 0, false};
+        if constexpr (std::is_same_v<T, LionOptions> || std::is_same_v<T, AdagradOptions>) {
+          return {optimizer->type, 1, false};
+        }
+        if constexpr (std::is_same_v<T, LambOptions>) return {optimizer->type, 2, false};
+        if constexpr (std::is_same_v<T, OneBitLambOptions>) return {optimizer->type, 3, true};  // + fresh variance
+        return {optimizer->type, 2, true};  // OneBitAdam, ZeroOneAdam
+      },
+      optimizer->options);
+}
+
 ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size, OffloadDevice optimizer_offload,
-                                  DType compute_dtype) {
+                                  DType compute_dtype, const OptimizerStateShape& optimizer) {
   if (stage < 0 || stage > 3) throw std::invalid_argument("model_state_bytes: stage " + std::to_string(stage) +
                                                           " is not one of 0, 1, 2, 3");
   if (num_params < 0) throw std::invalid_argument("model_state_bytes: num_params must be >= 0");
@@ -28,7 +47,8 @@ ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size,
   b.grads = width * (stage >= 2 ? shard : whole);
   // The optimizer's own state is partitioned from stage 1 on; stage 0 uses `shard == whole`.
   b.master32 = (fp32 && !offload) ? 0 : 4 * shard;
-  b.optimizer_state = 8 * shard;
+  b.optimizer_state = 4 * optimizer.partitioned_floats * shard;
+  if (optimizer.error_feedback) b.optimizer_state += 4 * (whole + (whole + world_size - 1) / world_size);
 
   const int64_t optimizer_side = b.master32 + b.optimizer_state;
   b.device = b.params + b.grads + (offload ? 0 : optimizer_side);

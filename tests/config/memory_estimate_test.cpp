@@ -10,6 +10,32 @@ namespace {
 
 constexpr int64_t kPsi = 1'000'000;  // divisible by 1, 2, 4: formulas are exact
 
+// Each optimizer's state is what its state_tensors() (partitioned) and rank_state() (1-bit error feedback: a worker
+// error of Ψ and a server error of Ψ/N, this rank's) hold.
+TEST(MemoryEstimate, OptimizerStateIsWhatEachOptimizerKeeps) {
+  const auto state = [](const std::optional<OptimizerConfig>& optimizer, int stage, int n) {
+    return model_state_bytes(stage, kPsi, n, OffloadDevice::kNone, DType::kBFloat16, optimizer_state_shape(optimizer))
+        .optimizer_state;
+  };
+  const int64_t shard = kPsi / 4;
+  EXPECT_EQ(state(OptimizerConfig{"AdamW", AdamOptions{}}, 1, 4), 8 * shard);
+  AdamOptions amsgrad;
+  amsgrad.amsgrad = true;
+  EXPECT_EQ(state(OptimizerConfig{"Adam", amsgrad}, 1, 4), 12 * shard);
+  EXPECT_EQ(state(OptimizerConfig{"SGD", SgdOptions{}}, 1, 4), 0);  // no momentum: no buffer
+  SgdOptions momentum;
+  momentum.momentum = 0.9;
+  EXPECT_EQ(state(OptimizerConfig{"SGD", momentum}, 1, 4), 4 * shard);
+  EXPECT_EQ(state(OptimizerConfig{"Lion", LionOptions{}}, 3, 4), 4 * shard);
+  EXPECT_EQ(state(OptimizerConfig{"Adagrad", AdagradOptions{}}, 2, 4), 4 * shard);
+  EXPECT_EQ(state(OptimizerConfig{"Lamb", LambOptions{}}, 1, 4), 8 * shard);
+  EXPECT_EQ(state(OptimizerConfig{"OneBitAdam", OneBitAdamOptions{}}, 0, 4), 8 * kPsi + 4 * (kPsi + kPsi / 4));
+  EXPECT_EQ(state(OptimizerConfig{"OneBitLamb", OneBitLambOptions{}}, 0, 4), 12 * kPsi + 4 * (kPsi + kPsi / 4));
+  EXPECT_EQ(state(std::nullopt, 1, 4), 8 * shard);
+  EXPECT_TRUE(optimizer_state_shape(std::nullopt).assumed);
+  EXPECT_FALSE(optimizer_state_shape(OptimizerConfig{"Lion", LionOptions{}}).assumed);
+}
+
 TEST(MemoryEstimate, SixteenBitAdamMatchesZeroPaper) {
   for (int n : {1, 2, 4}) {
     const int64_t expected[4] = {16 * kPsi, 4 * kPsi + 12 * kPsi / n, 2 * kPsi + 14 * kPsi / n, 16 * kPsi / n};

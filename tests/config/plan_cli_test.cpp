@@ -25,8 +25,6 @@ fs::path temp_dir() {
   return dir;
 }
 
-std::string read_file(const fs::path& path) { return dscpp::testing::read_text(path); }
-
 PlanRun plan(const std::string& args) {
   return dscpp::testing::run_command(std::string(DSCPP_BINARY_DIR "/dscpp plan ") + args);
 }
@@ -138,6 +136,15 @@ TEST(PlanCli, ModelPresetGivesTheParameterCount) {
   EXPECT_NE(r.out.find("model: gpt-train --model gpt2: 124439808 params (12 layers, 768 wide, 12 heads, vocab 50257"),
             std::string::npos) << r.out;
   EXPECT_NE(r.out.find("model-state memory per rank (Adam, 124439808 params"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the config names no optimizer"), std::string::npos) << r.out;
+  // A configured optimizer's own state: Lion keeps one fp32 tensor per parameter, a quarter of it per rank at ZeRO 3.
+  const std::string lion = write_config("lion.json", {{"train_micro_batch_size_per_gpu", 2},
+                                                      {"optimizer", {{"type", "Lion"}, {"params", {{"lr", 1e-4}}}}},
+                                                      {"zero_optimization", {{"stage", 3}}}});
+  const PlanRun l = plan(lion + " --model gpt2 --world_size 4");
+  ASSERT_EQ(l.code, 0) << l.err;
+  EXPECT_NE(l.out.find("model-state memory per rank (Lion, 124439808 params"), std::string::npos) << l.out;
+  EXPECT_EQ(l.out.find("the config names no optimizer"), std::string::npos) << l.out;
   EXPECT_NE(plan(path + " --model gpt5").err.find("unknown preset 'gpt5'"), std::string::npos);
   EXPECT_NE(plan(path + " --model gpt2 --params 1B").code, 0);  // one or the other
 }

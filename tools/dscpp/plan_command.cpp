@@ -62,8 +62,10 @@ void print_memory_table(const Config& config, int64_t num_params, int world_size
   const OffloadDevice offload_kind =
       config.zero.offload_optimizer.device == OffloadDevice::kNvme ? OffloadDevice::kNvme : OffloadDevice::kCpu;
   const char* offload_name = offload_kind == OffloadDevice::kNvme ? "nvme" : "cpu";
-  out << "\nmodel-state memory per rank (Adam, " << num_params << " params, " << to_string(dtype)
+  const auto optimizer = optimizer_state_shape(config.optimizer);
+  out << "\nmodel-state memory per rank (" << optimizer.name << ", " << num_params << " params, " << to_string(dtype)
       << " compute, world_size " << world_size << "; * = this config)\n";
+  if (optimizer.assumed) out << "(the config names no optimizer: the script's own is taken to keep Adam's state)\n";
   out << std::left << std::setw(7) << "stage" << std::setw(13) << "params" << std::setw(13) << "grads"
       << std::setw(13) << "fp32 master" << std::setw(13) << "optim state" << std::setw(13) << "device"
       << "| offload_optimizer=" << offload_name << ": device / " << offload_name << "\n";
@@ -75,11 +77,12 @@ void print_memory_table(const Config& config, int64_t num_params, int world_size
           << ep_size << ")\n";
       continue;
     }
-    ModelStateBytes plain = model_state_bytes(stage, num_params - expert_params, world_size, OffloadDevice::kNone, dtype);
-    ModelStateBytes off = model_state_bytes(stage, num_params - expert_params, world_size, offload_kind, dtype);
+    const int64_t dense = num_params - expert_params;
+    ModelStateBytes plain = model_state_bytes(stage, dense, world_size, OffloadDevice::kNone, dtype, optimizer);
+    ModelStateBytes off = model_state_bytes(stage, dense, world_size, offload_kind, dtype, optimizer);
     if (expert_params > 0) {
-      plain += model_state_bytes(stage, expert_params, world_size / ep_size, OffloadDevice::kNone, dtype);
-      off += model_state_bytes(stage, expert_params, world_size / ep_size, offload_kind, dtype);
+      plain += model_state_bytes(stage, expert_params, world_size / ep_size, OffloadDevice::kNone, dtype, optimizer);
+      off += model_state_bytes(stage, expert_params, world_size / ep_size, offload_kind, dtype, optimizer);
     }
     std::string label = std::to_string(stage) + (here && !configured_offload ? " *" : "");
     out << std::left << std::setw(7) << label << std::setw(13) << format_bytes(plain.params) << std::setw(13)

@@ -1,8 +1,10 @@
-// Model-state memory per rank: what params, grads, fp32 master and Adam state cost for each ZeRO stage.
+// Model-state memory per rank: what params, grads, fp32 master and optimizer state cost for each ZeRO stage.
 // Torch-free arithmetic, shared by `dscpp plan`/`estimate` and the tests that hold the engine's measured bytes to it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "dscpp/config/config.h"
@@ -21,16 +23,30 @@ struct ModelStateBytes {
   int64_t params = 0;            // model params in the compute dtype (2 or 4 bytes each)
   int64_t grads = 0;             // gradients in the compute dtype
   int64_t master32 = 0;          // fp32 master params (none for fp32 compute without offload)
-  int64_t optimizer_state = 0;   // Adam exp_avg + exp_avg_sq, fp32
+  int64_t optimizer_state = 0;   // the optimizer's fp32 state (Adam: exp_avg + exp_avg_sq)
   int64_t device = 0;            // params + grads (+ master + state unless offloaded): the accelerator's share
   int64_t host = 0;              // offloaded to CPU memory
   int64_t nvme = 0;              // offloaded to NVMe
   int64_t total = 0;             // device + host + nvme
 };
 
+// What the optimizer keeps per parameter: fp32 tensors the size of its partition (Adam's m and v: 2), and for the
+// 1-bit optimizers their error feedback, which is this rank's and not partitioned: a worker error of every element
+// and a server error of 1/N of them.
+struct OptimizerStateShape {
+  std::string name = "Adam";
+  int partitioned_floats = 2;
+  bool error_feedback = false;
+  bool assumed = false;  // the config names no optimizer (a script's own): Adam's shape, assumed
+};
+
+// The configured optimizer's shape (the optimizers' state_tensors() and rank_state()); Adam's when the config names
+// none (a script's own optimizer), marked assumed.
+OptimizerStateShape optimizer_state_shape(const std::optional<OptimizerConfig>& optimizer);
+
 // Throws std::invalid_argument for stage outside 0..3, num_params < 0 or world_size < 1.
 ModelStateBytes model_state_bytes(int stage, int64_t num_params, int world_size, OffloadDevice optimizer_offload,
-                                  DType compute_dtype);
+                                  DType compute_dtype, const OptimizerStateShape& optimizer = {});
 
 // DeepSpeed's cold estimators (`estimate_zero2/3_model_states_mem_needs`): per-GPU and per-CPU bytes for
 // params, grads and Adam state of a model known only by its counts, for each offload choice. Their rules of thumb,

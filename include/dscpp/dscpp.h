@@ -17,3 +17,4 @@
 #include "dscpp/pipe/partition.h"
 #include "dscpp/pipe/pipeline_engine.h"
 #include "dscpp/pipe/schedule.h"
+#include "dscpp/sequence/distributed_attention.h"

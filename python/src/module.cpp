@@ -118,6 +118,7 @@ py::dict step_report(const StepReport& r) {
 
 void bind_moe(py::module_& m);       // moe.cpp
 void bind_schedule(py::module_& m);  // schedule.cpp
+void bind_sequence(py::module_& m);  // sequence.cpp
 }  // namespace dscpp::python
 
 PYBIND11_MODULE(_C, m) {
@@ -150,6 +151,7 @@ PYBIND11_MODULE(_C, m) {
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
   bind_moe(m);
   bind_schedule(m);
+  bind_sequence(m);
 
   py::class_<Engine>(m, "Engine")
       .def("begin_forward", &Engine::begin_forward)

@@ -87,6 +87,7 @@ struct Args {
   double dropout = 0.0;
   std::optional<int> tensor_parallel;  // fills tensor_parallel.autotp_size
   std::optional<int> pipeline_parallel;  // fills pipeline.stages
+  std::optional<int> sequence_parallel;  // fills sequence_parallel_size
   std::optional<std::string> partition;  // fills pipeline.partition
   std::optional<double> peak_tflops;  // per rank; default: measured
   // Mixture of Experts (GptConfig::moe_experts; 0: dense) and its expert parallelism.
@@ -128,6 +129,10 @@ void add_flags(CLI::App& app, Args& a) {
                  "split each model replica into this many pipeline stages (the embedding, the blocks, the tied head "
                  "as layers; DeepSpeed's 1F1B schedule over --grad_accum micro-batches); fills pipeline.stages; the "
                  "data-parallel size is world / (this × --tensor_parallel)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--sequence_parallel", a.sequence_parallel,
+                 "split each sequence over this many consecutive ranks (DeepSpeed-Ulysses: attention between "
+                 "all-to-alls); fills sequence_parallel_size; the data-parallel size is world / this")
       ->check(CLI::PositiveNumber);
   app.add_option("--partition", a.partition,
                  "how layers go to pipeline stages: parameters, uniform or type:REGEX (fills pipeline.partition)");
@@ -195,6 +200,7 @@ dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_s
   options.auto_values = gpt::auto_values(a.autos, a.steps, hidden_size);
   if (a.tensor_parallel) options.overrides["tensor_parallel.autotp_size"] = *a.tensor_parallel;
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
+  if (a.sequence_parallel) options.overrides["sequence_parallel_size"] = *a.sequence_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
   return dscpp::Config::from_string(source.text, options, source.path);  // errors name the file
 }
@@ -211,7 +217,8 @@ int layout_size(const Args& a, const std::optional<int>& flag, int from_file, co
                 const char* section, const char* key) {
   if (flag && from_file > 1 && *flag != from_file) {
     throw std::invalid_argument(std::string(flag_name) + " " + std::to_string(*flag) + " contradicts " +
-                                a.deepspeed_config + "'s " + section + "." + key + " " + std::to_string(from_file));
+                                a.deepspeed_config + "'s " + section + (*section ? "." : "") + key + " " +
+                                std::to_string(from_file));
   }
   return flag.value_or(from_file);
 }
@@ -338,6 +345,9 @@ struct Placement {
   dscpp::DistEnv env;
   torch::Device device{torch::kCPU};
   int tp = 1, pp = 1, dp = 1, dp_rank = 0;
+  // DeepSpeed-Ulysses: sp consecutive ranks read the same rows and each keeps its sp_rank-th part of every sequence;
+  // dp counts the sample-reading ranks (world / sp), while the engine's group (every rank) partitions over them all.
+  int sp = 1, sp_rank = 0;
   std::optional<dscpp::ParallelGroups> groups;  // with tensor or pipeline parallelism
 };
 
@@ -350,9 +360,23 @@ Placement place(const Args& a, const ConfigSource& source) {
   const dscpp::ParallelSizes from_file = file_layout(source);
   p.tp = layout_size(a, a.tensor_parallel, from_file.tensor, "--tensor_parallel", "tensor_parallel", "autotp_size");
   p.pp = layout_size(a, a.pipeline_parallel, from_file.pipeline, "--pipeline_parallel", "pipeline", "stages");
+  p.sp = layout_size(a, a.sequence_parallel, from_file.sequence, "--sequence_parallel", "", "sequence_parallel_size");
   const dscpp::ProcessTopology topology(p.env.world_size, p.pp, p.tp);
   p.dp = topology.data();
   p.dp_rank = p.env.rank;
+  if (p.sp > 1) {
+    if (p.tp > 1 || p.pp > 1) {
+      throw std::invalid_argument("--sequence_parallel with --tensor_parallel or --pipeline_parallel is not "
+                                  "supported yet");
+    }
+    if (p.dp % p.sp != 0) {
+      throw std::invalid_argument("--sequence_parallel " + std::to_string(p.sp) + " does not divide the world size " +
+                                  std::to_string(p.env.world_size));
+    }
+    p.dp /= p.sp;
+    p.dp_rank = p.env.rank / p.sp;
+    p.sp_rank = p.env.rank % p.sp;
+  }
   if (p.tp == 1 && p.pp == 1) return p;
   const std::string layout = p.tp > 1 ? "tensor parallelism (" + std::to_string(p.tp) + " ranks per model)"
                                       : "pipeline parallelism (" + std::to_string(p.pp) + " stages)";
@@ -391,6 +415,12 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
     init.model_parallel_group = p.groups->model;
     init.world_group = p.groups->world;
   }
+  // Sequence parallelism: the engine's group is every rank; the sequence groups are its consecutive runs of sp.
+  std::shared_ptr<dscpp::Comm> sequence_group;
+  if (p.sp > 1) {
+    init.comm = dscpp::init_comm(p.env, dscpp::comm_backend_for(p.device, p.env.local_size));
+    sequence_group = init.comm->split(p.env.rank / p.sp, p.env.rank);
+  }
   // Expert parallelism: the expert-parallel group carries the tokens (the model's), the expert-data-parallel group
   // averages the experts' gradients (the engine's); both are cut from the data-parallel group.
   gpt::MoeSettings moe_parallel = moe;
@@ -422,6 +452,7 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
   Trainer t;
   t.model = gpt::Gpt(model_cfg, block_built, p.groups ? p.groups->model : nullptr, moe_parallel);
   auto& model = t.model;
+  model->set_sequence_group(sequence_group);
   init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
@@ -604,6 +635,10 @@ int run(const Args& a) {
     throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " must be in [1, block_size " +
                                 std::to_string(model_cfg.block_size) + "]");
   }
+  if (seq_len % p.sp != 0) {
+    throw std::invalid_argument("--seq_len " + std::to_string(seq_len) + " does not split over --sequence_parallel " +
+                                std::to_string(p.sp) + " ranks");
+  }
   const auto config = load_config(a, source, p.dp, model_cfg.n_embd);
   gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
   Trainer t = build_trainer(a, p, config, model_cfg, [&progress, rank](const std::string& line) {
@@ -644,13 +679,15 @@ int run(const Args& a) {
               << "; ZeRO stage " << config.zero.stage;
     if (p.tp > 1) std::cerr << "; tensor parallel " << p.tp;
     if (p.pp > 1) std::cerr << "; pipeline parallel " << p.pp;
-    if (p.tp > 1 || p.pp > 1) std::cerr << " (world " << p.env.world_size << ")";
+    if (p.sp > 1) std::cerr << "; sequence parallel " << p.sp << " (" << seq_len / p.sp << " positions per rank)";
+    if (p.tp > 1 || p.pp > 1 || p.sp > 1) std::cerr << " (world " << p.env.world_size << ")";
     std::cerr << std::endl;
   }
 
   // MFU: the model's training FLOPs per rank and step (3 × the forward's matrix products; recomputation is not
   // model work) per second, over the rank's peak. The peak is measured once, after training, unless given.
-  const double step_flops = 3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / (p.tp * p.pp);
+  const double step_flops =
+      3.0 * static_cast<double>(model_cfg.forward_flops(seq_len)) * rank_rows / (p.tp * p.pp * p.sp);
   double flops_per_s_sum = 0;
   int64_t timed_steps = 0;
   PipelineTotals pipeline_totals;
@@ -662,7 +699,9 @@ int run(const Args& a) {
     train_step(t, batch.grad_accum, [&](int64_t micro) {
       const auto rows = sampler.rows(step, batch.train_batch_size, p.dp_rank * rank_rows + micro * batch.micro_batch,
                                      batch.micro_batch);
-      return dscpp::MicroBatch{rows.inputs.to(p.device), rows.targets.to(p.device)};
+      // Sequence parallel: this rank's part of every sequence (its sequence group read the same rows).
+      const auto part = [&](const torch::Tensor& t) { return p.sp > 1 ? t.chunk(p.sp, 1)[p.sp_rank] : t; };
+      return dscpp::MicroBatch{part(rows.inputs).to(p.device), part(rows.targets).to(p.device)};
     });
     StepSpeed speed;
     speed.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -47,10 +47,15 @@ std::shared_ptr<Comm> comm_from(const py::object& group, const py::object& store
                         store.cast<c10::intrusive_ptr<c10d::Store>>(), backend, key_prefix);
 }
 
-Config parse_config(const std::string& config, bool config_is_path, int world_size) {
+// `group_size`: the engine's data-parallel group's. With sequence_parallel_size P the group holds P ranks per
+// sequence, and the batch triangle's data-parallel size is group_size / P (a P that does not divide it is refused
+// when the engine checks the batch).
+Config parse_config(const std::string& config, bool config_is_path, int group_size) {
+  const std::string text = config_is_path ? Config::read_file(config) : config;
+  const int sequence = read_parallel_sizes(nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false)).sequence;
   ConfigOptions options;
-  options.world_size = world_size;
-  return config_is_path ? Config::from_file(config, options) : Config::from_string(config, options);
+  options.world_size = group_size % sequence == 0 ? group_size / sequence : group_size;
+  return Config::from_string(text, options, config_is_path ? config : "");
 }
 
 using UnitHandles = std::vector<std::shared_ptr<PrepartitionedUnit>>;

@@ -147,6 +147,7 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   JsonReader aio = root.section("aio");
   config.aio = parse_aio(aio);
   parse_misc_sections(root, config);
+  config.sequence_parallel_size = static_cast<int>(root.get_int("sequence_parallel_size", 1, 1));
   parse_data_types(root, config);
   // Top-level DeepSpeed keys that change nothing in this engine; tests/config/key_table_test.cpp gives each reason.
   root.accept({"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "dataloader_drop_last", "timers",
@@ -228,7 +229,11 @@ ParallelSizes read_parallel_sizes(const nlohmann::json& config,
     if (const auto set = overrides.find(section + "." + key); set != overrides.end()) value = set->second;
     return value.is_number_integer() ? std::max(1, value.get<int>()) : 1;
   };
-  return {size("tensor_parallel", "autotp_size"), size("pipeline", "stages")};
+  nlohmann::json sequence = 1;
+  if (config.is_object()) sequence = config.value("sequence_parallel_size", sequence);
+  if (const auto set = overrides.find("sequence_parallel_size"); set != overrides.end()) sequence = set->second;
+  return {size("tensor_parallel", "autotp_size"), size("pipeline", "stages"),
+          sequence.is_number_integer() ? std::max(1, sequence.get<int>()) : 1};
 }
 
 }  // namespace dscpp

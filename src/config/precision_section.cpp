@@ -50,8 +50,10 @@ void parse_precision(JsonReader& root, Config& config) {
   }
 
   config.communication_data_type = read_dtype(root, "communication_data_type");
-  // Sequence parallelism is not built, so its comm dtype changes nothing; DeepSpeed still refuses a bad name.
-  read_dtype(root, "seq_parallel_comm_data_type");
+  // With sequence_parallel_size > 1 DeepSpeed's engine replaces the gradients' communication dtype by this one
+  // (engine.py: communication_data_type = seq_parallel_communication_data_type), fp32 unless the config says.
+  config.seq_parallel_communication_data_type =
+      read_dtype(root, "seq_parallel_communication_data_type").value_or(DType::kFloat32);
 }
 
 void parse_data_types(JsonReader& root, Config& config) {

@@ -56,6 +56,25 @@ void check_supported(const Config& config) {
   if (config.wandb.enabled) reject("wandb.enabled", "the wandb monitor");
   if (config.zero.round_robin_gradients) reject("zero_optimization.round_robin_gradients", "true");
   if (config.optimizer) check_optimizer(config);
+  // Sequence parallelism splits the data-parallel group's consecutive ranks; the layouts that cut that group their own
+  // way, and the optimizers that average their own state over it, are not combined with it yet.
+  if (const int sp = config.sequence_parallel_size; sp > 1) {
+    const std::string key = "sequence_parallel_size " + std::to_string(sp);
+    if (config.tensor_parallel_size > 1) {
+      throw ConfigError(key + " with tensor_parallel.autotp_size " + std::to_string(config.tensor_parallel_size) +
+                        ": sequence and tensor parallelism together are not supported yet by deepspeed.cpp");
+    }
+    if (config.pipeline.stages > 1) {
+      throw ConfigError(key + " with pipeline.stages " + std::to_string(config.pipeline.stages) +
+                        ": sequence and pipeline parallelism together are not supported yet by deepspeed.cpp");
+    }
+    if (config.optimizer && (std::holds_alternative<OneBitAdamOptions>(config.optimizer->options) ||
+                             std::holds_alternative<ZeroOneAdamOptions>(config.optimizer->options) ||
+                             std::holds_alternative<OneBitLambOptions>(config.optimizer->options))) {
+      throw ConfigError(key + " with optimizer.type \"" + config.optimizer->type + "\": the 1-bit optimizers "
+                        "average their momentum over every rank of the data-parallel group; not supported yet");
+    }
+  }
   if (config.grad_accum_dtype && *config.grad_accum_dtype != gradient_accumulation_dtype(config)) {
     reject("data_types.grad_accum_dtype",
            "\"" + to_string(*config.grad_accum_dtype) + "\" at stage " + std::to_string(config.zero.stage) +

@@ -21,7 +21,15 @@
 namespace dscpp {
 namespace {
 
-void check_batch(const Config& config, int world_size) {
+// `group_size`: the data-parallel group's, which with sequence parallelism holds every sequence rank too.
+void check_batch(const Config& config, int group_size) {
+  const int sequence = config.sequence_parallel_size;
+  if (group_size % sequence != 0) {
+    throw ConfigError("sequence_parallel_size " + std::to_string(sequence) + " does not divide the data-parallel " +
+                      "group's " + std::to_string(group_size) + " ranks (the sequence ranks are consecutive ranks " +
+                      "of it)");
+  }
+  const int world_size = group_size / sequence;
   const auto& b = config.batch;
   if (b.train_batch_size != b.micro_batch * b.grad_accum * world_size) {
     throw ConfigError("train_batch_size " + std::to_string(b.train_batch_size) + " != micro " +
@@ -186,13 +194,18 @@ StateStoreFactory param_store(const Config& config, int rank) {
 }
 
 // The stage's view of the config: its group, buckets, offload and DeepSpeed's gradient averaging (with
-// prescale_gradients the gradients are divided by the world size before the sum over ranks; otherwise by
-// gradient_predivide_factor f before and multiplied by f / world_size after).
+// prescale_gradients the gradients are divided by the data-parallel size before the sum over ranks; otherwise by
+// gradient_predivide_factor f before and multiplied by f / that size after). The sum runs over the whole group; with
+// sequence parallelism the size averaged over is the group's / sequence_parallel_size, as DeepSpeed divides: each
+// rank's loss is its share of its sequence's, so the sequence ranks' gradients add up to the sequence's.
 StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   StageContext context;
-  const int world = comm->world_size(), rank = comm->rank();
+  const int rank = comm->rank(), world = comm->world_size() / config.sequence_parallel_size;
   context.comm = std::move(comm);
   if (config.communication_data_type) context.comm_dtype = to_scalar_type(*config.communication_data_type);
+  if (config.sequence_parallel_size > 1) {
+    context.comm_dtype = to_scalar_type(config.seq_parallel_communication_data_type);
+  }
   context.overlap_comm = config.zero.overlap_comm;
   context.reduce_scatter = config.zero.reduce_scatter;
   context.allgather_bucket_numel = config.zero.allgather_bucket_size;

@@ -71,6 +71,11 @@ ParallelLayout::ParallelLayout(Groups groups, Names names, const Config& config,
                                 std::to_string(expert_parallel_) + ") but no parameter is an expert: name them in "
                                 "InitOptions::expert_params (moe::expert_parameter_names)");
   }
+  if (config.sequence_parallel_size > 1 && (!names_.experts.empty() || model_expert_parallel > 1)) {
+    throw ConfigError("sequence_parallel_size " + std::to_string(config.sequence_parallel_size) +
+                      " with Mixture-of-Experts layers: not supported yet by deepspeed.cpp (their gates route each "
+                      "rank's slice of the sequence alone)");
+  }
   if (expert_parallel_ == 1) groups_.expert_data.reset();
   groups_.model = if_split(std::move(groups_.model));
   groups_.pipe = if_split(std::move(groups_.pipe));

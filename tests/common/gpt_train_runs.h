@@ -49,6 +49,28 @@ inline std::vector<nlohmann::json> gpt_train_metrics(int world, const nlohmann::
   return gpt_train_run(world, config, flags).rows;
 }
 
+// gpt_train_metrics with the config the layout tests share: global batch 8 of micro-batches of 4, clipping at 1.0,
+// AdamW at lr 1e-3, ZeRO `stage`.
+inline std::vector<nlohmann::json> gpt_train_adamw(int world, int stage, const std::string& flags) {
+  return gpt_train_metrics(world,
+                           {{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 4}, {"gradient_clipping", 1.0},
+                            {"zero_optimization", {{"stage", stage}}},
+                            {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}},
+                           flags);
+}
+
+// Each (flags, message): `gpt` + flags on 2 ranks stops both with exit code 1 and the message on stderr.
+inline void expect_gpt_train_refuses(const std::string& gpt,
+                                     const std::vector<std::pair<std::string, std::string>>& cases) {
+  for (const auto& [flags, message] : cases) {
+    const auto ranks = run_ranks(2, gpt + flags, "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=1");
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(ranks[r].code, 1) << flags;
+      EXPECT_NE(ranks[r].err.find(message), std::string::npos) << flags << ": " << ranks[r].err;
+    }
+  }
+}
+
 // The "loss" of every row of a gpt-train --metrics file, in order.
 inline std::vector<double> losses_in(const std::filesystem::path& metrics) {
   std::vector<double> out;

@@ -352,7 +352,11 @@ std::vector<Row> table() {
       {"vocabulary_size", 50257, K::kHarmless, "DeepSpeed only warns when it is not a multiple of 8"},
       {"log_level", "info", K::kHarmless, "logging only"},
       {"dataloader_drop_last", true, K::kHarmless, "the engine builds no dataloader in C++"},
-      {"seq_parallel_comm_data_type", "bf16", K::kHarmless, "no sequence parallelism here (a bad dtype is refused)"},
+      {"sequence_parallel_size", 2, K::kActs, "SequenceParallel.*",
+       [](const Config& c) { return c.sequence_parallel_size == 2; }},
+      {"seq_parallel_communication_data_type", "bf16", K::kActs,
+       "SequenceParallel.GradientsTravelInTheSequenceParallelCommDtype",
+       [](const Config& c) { return c.seq_parallel_communication_data_type == DType::kBFloat16; }},
       {"use_data_before_expert_parallelism", true, K::kHarmless, "no expert parallelism here"},
   };
 }
@@ -436,15 +440,16 @@ TEST(KeyTable, AZeroFieldAndItsStage3AliasTogetherAreRefused) {
       << error;
 }
 
-// DeepSpeed reads seq_parallel_comm_data_type; the longer spelling its docs print is unknown to it too: a warning
-// pointing at the key it reads. A dtype DeepSpeed does not know is refused.
-TEST(KeyTable, SeqParallelCommDataTypeIsTheSpellingDeepSpeedReads) {
+// DeepSpeed 0.19.8 reads seq_parallel_communication_data_type (runtime/constants.py); the shorter spelling some of
+// its docs print is unknown to it: a warning pointing at the key it reads. A dtype DeepSpeed does not know is refused.
+TEST(KeyTable, SeqParallelCommunicationDataTypeIsTheSpellingDeepSpeedReads) {
   std::vector<std::string> warnings;
-  parse({{"train_batch_size", 2}, {"seq_parallel_communication_data_type", "fp32"}}, {}, &warnings);
+  parse({{"train_batch_size", 2}, {"seq_parallel_comm_data_type", "fp32"}}, {}, &warnings);
   ASSERT_EQ(warnings.size(), 1u);
-  EXPECT_NE(warnings[0].find("did you mean 'seq_parallel_comm_data_type'?"), std::string::npos) << warnings[0];
-  EXPECT_NE(error_of({{"train_batch_size", 2}, {"seq_parallel_comm_data_type", "int8"}})
-                .find("seq_parallel_comm_data_type = \"int8\""),
+  EXPECT_NE(warnings[0].find("did you mean 'seq_parallel_communication_data_type'?"), std::string::npos)
+      << warnings[0];
+  EXPECT_NE(error_of({{"train_batch_size", 2}, {"seq_parallel_communication_data_type", "int8"}})
+                .find("seq_parallel_communication_data_type = \"int8\""),
             std::string::npos);
 }
 

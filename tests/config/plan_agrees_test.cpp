@@ -137,9 +137,9 @@ TEST(PlanAgrees, DeepSpeedsSpellingsAndRefusals) {
   expect_both_refuse(write("alias_twice", with({{"zero_optimization", {{"stage", 3}, {"prefetch_bucket_size", 1000},
                                                                        {"stage3_prefetch_bucket_size", 1000}}}})),
                      "zero_optimization.prefetch_bucket_size");
-  expect_both_accept(write("seq_dtype", with({{"seq_parallel_comm_data_type", "bf16"}})));
-  expect_both_refuse(write("seq_dtype_bad", with({{"seq_parallel_comm_data_type", "int8"}})),
-                     "seq_parallel_comm_data_type");
+  expect_both_accept(write("seq_dtype", with({{"seq_parallel_communication_data_type", "bf16"}})));
+  expect_both_refuse(write("seq_dtype_bad", with({{"seq_parallel_communication_data_type", "int8"}})),
+                     "seq_parallel_communication_data_type");
   nlohmann::json clip_null = kBase;  // (not with(): a merge patch's null deletes the key)
   clip_null["gradient_clipping"] = nullptr;
   expect_both_refuse(write("clip_null", clip_null), "gradient_clipping = null");

@@ -5,7 +5,6 @@
 // of 2, in both layouts (batch first and sequence first); the errors name their numbers.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <iostream>
 
 #include "../common/multiprocess.h"
@@ -135,15 +134,4 @@ TEST(DistributedAttention, NamesWhatItCannotSplit) {
 }  // namespace
 }  // namespace dscpp::testing
 
-int main(int argc, char** argv) {
-  if (argc >= 3 && std::strcmp(argv[1], "--worker") == 0) {
-    try {
-      return dscpp::testing::worker(argv[2]);
-    } catch (const std::exception& e) {
-      std::cerr << "worker " << argv[2] << " failed: " << e.what() << std::endl;
-      return 1;
-    }
-  }
-  ::testing::InitGoogleTest(&argc, argv);
-  return RUN_ALL_TESTS();
-}
+int main(int argc, char** argv) { return dscpp::testing::worker_or_tests(argc, argv, dscpp::testing::worker); }

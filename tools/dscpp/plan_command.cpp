@@ -248,7 +248,12 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   // The grid gpt-train forms from the same world: refused, with its words, where the layout does not divide it.
   const ParallelSizes layout = read_parallel_sizes(raw, options.overrides);
   const ProcessTopology grid(args.world_size, layout.pipeline, layout.tensor);
-  const int dp = grid.data();
+  if (grid.data() % layout.sequence != 0) {
+    throw ConfigError("sequence_parallel_size " + std::to_string(layout.sequence) + " does not divide the " +
+                      std::to_string(grid.data()) + " data-parallel ranks of world " +
+                      std::to_string(args.world_size));
+  }
+  const int dp = grid.data() / layout.sequence;  // the sequence ranks share their samples
   options.world_size = dp;
   const Config config = Config::from_string(text, options, args.config_path);  // errors name the file
   const int tp = config.tensor_parallel_size, pp = config.pipeline.stages;
@@ -262,6 +267,10 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
   out << "\nbatch: train_batch_size " << b.train_batch_size << " = train_micro_batch_size_per_gpu " << b.micro_batch
       << " x gradient_accumulation_steps " << b.grad_accum << " x data-parallel size " << dp;
   if (tp > 1 || pp > 1) out << " (world_size " << args.world_size << " / (pipeline " << pp << " x tensor " << tp << "))";
+  if (layout.sequence > 1) {
+    out << " (world_size " << args.world_size << " / sequence parallel " << layout.sequence << "; ZeRO partitions "
+        << "over all " << grid.data() << " ranks)";
+  }
   out << "\n";
   if (tp > 1 || pp > 1) {
     // The grid the run forms: each model sliced over `tp` adjacent ranks, its layers over `pp` stages, ZeRO over
@@ -333,8 +342,9 @@ void run_plan(const PlanArgs& args_in, std::ostream& out, std::ostream& err) {
       out << "\ntensor parallel " << tp << ": " << per_rank << " params per rank"
           << (model ? "" : " (--params split evenly; norms and biases are whole on every rank in practice)") << "\n";
     }
-    print_memory_table(config, per_rank, dp, out, expert_params, ep);
-    print_zeropp(config, per_rank, dp, out);
+    // ZeRO partitions over the data-parallel ranks and, with sequence parallelism, the sequence ranks among them.
+    print_memory_table(config, per_rank, grid.data(), out, expert_params, ep);
+    print_zeropp(config, per_rank, grid.data(), out);
   }
   if (!args.schedule_csv.empty()) {
     write_schedule_csv(config, args);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "dscpp/parallel/tensor_parallel_layers.h"
+#include "dscpp/sequence/distributed_attention.h"
 
 namespace gpt {
 
@@ -61,10 +62,22 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     return t.view({B, T, heads, C / heads}).transpose(1, 2);  // (B, nh, T, hs)
   };
   const double p = is_training() ? dropout_ : 0.0;
-  const auto y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p, group_->world_size(),
-                                  group_->rank());
-  auto out = dscpp::row_parallel_linear(y.transpose(1, 2).contiguous().view({B, T, C}), c_proj->weight, c_proj->bias,
-                                        group_);
+  torch::Tensor y;  // (B, T, nh, hs)
+  if (sequence_group_ && sequence_group_->world_size() > 1) {
+    // (B, T/P, nh, hs) here; (B, T, nh/P, hs) inside, where causal_attention sees whole sequences.
+    const auto split_heads = [&](const torch::Tensor& t) { return t.view({B, T, heads, C / heads}); };
+    const dscpp::DistributedAttention attention(
+        [p](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), p).transpose(1, 2);
+        },
+        sequence_group_);
+    y = attention.forward(split_heads(qkv[0]), split_heads(qkv[1]), split_heads(qkv[2]));
+  } else {
+    y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p, group_->world_size(),
+                         group_->rank())
+            .transpose(1, 2);
+  }
+  auto out = dscpp::row_parallel_linear(y.contiguous().view({B, T, C}), c_proj->weight, c_proj->bias, group_);
   return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
 }
 

@@ -29,6 +29,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // Keeps this rank's heads of the whole, initialised weights (called once, right after initialisation).
   void keep_own_heads();
+  // DeepSpeed-Ulysses over `group` (P ranks, null or one rank: off): x holds this rank's T/P positions of each
+  // sequence, and attention runs over whole sequences for n_head/P heads between dscpp::DistributedAttention's
+  // all-to-alls. The weights are whole on every rank.
+  void set_sequence_group(std::shared_ptr<dscpp::Comm> group) { sequence_group_ = std::move(group); }
 
   torch::nn::Linear c_attn{nullptr};  // (3C/p, C) weight: this rank's q, k, v rows stacked along the output dim
   torch::nn::Linear c_proj{nullptr};  // (C, C/p)
@@ -37,6 +41,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   int64_t n_head_;
   double dropout_;
   std::shared_ptr<dscpp::Comm> group_;
+  std::shared_ptr<dscpp::Comm> sequence_group_;
 };
 TORCH_MODULE(CausalSelfAttention);
 

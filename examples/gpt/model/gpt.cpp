@@ -128,7 +128,14 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
     throw std::invalid_argument("Gpt::forward: sequence length " + std::to_string(T) + " exceeds block_size " +
                                 std::to_string(config_.block_size) + "; lower --seq_len");
   }
-  const auto positions = torch::arange(T, idx.options());  // (T), broadcast over the batch
+  // (T), broadcast over the batch; with sequence parallelism this rank's positions of the whole sequence.
+  const int64_t first = sequence_group_ ? sequence_group_->rank() * T : 0;
+  if (first + T > config_.block_size) {
+    throw std::invalid_argument("Gpt::forward: the sequence of " + std::to_string(T) + " positions per rank × " +
+                                std::to_string(sequence_group_->world_size()) + " sequence-parallel ranks exceeds " +
+                                "block_size " + std::to_string(config_.block_size) + "; lower --seq_len");
+  }
+  const auto positions = torch::arange(first, first + T, idx.options());
   const int64_t vocab_begin = group_->rank() * wte->weight.size(0);
   auto x = dscpp::vocab_parallel_embedding(idx, wte->weight, vocab_begin, group_) + wpe->forward(positions);
   return config_.dropout > 0 && is_training() ? torch::dropout(x, config_.dropout, /*train=*/true) : x;
@@ -173,8 +180,26 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
                                 shape_of(idx));
   }
   auto loss = loss_of_logits(head(hidden(idx)), targets);
+  if (sequence_group_) {
+    // This rank's share, valued at the whole: value share + (sum − share) = sum, gradient the share's alone.
+    const auto share = loss / sequence_group_->world_size();
+    auto sum = share.detach().clone();
+    sequence_group_->all_reduce(sum, dscpp::ReduceOp::kSum).wait();
+    return share + (sum - share.detach());
+  }
   // After the forward (not an operand of the same +, whose order C++ leaves open): the aux losses it just made.
   return config_.moe_experts > 0 ? loss + moe_aux_loss() : loss;
+}
+
+void GptImpl::set_sequence_group(std::shared_ptr<dscpp::Comm> group) {
+  if (!group || group->world_size() == 1) return;
+  if (config_.moe_experts > 0 || group_->world_size() > 1) {
+    throw std::invalid_argument("Gpt: sequence parallelism with " +
+                                std::string(config_.moe_experts > 0 ? "MoE blocks" : "tensor parallelism") +
+                                " is not supported yet");
+  }
+  sequence_group_ = std::move(group);
+  for (auto& block : blocks_) block->attn->set_sequence_group(sequence_group_);
 }
 
 double GptImpl::moe_all_to_all_seconds() const {

@@ -87,6 +87,14 @@ class GptImpl : public torch::nn::Module {
   using BlockRunner = std::function<torch::Tensor(const Block& block, const torch::Tensor& x)>;
   void set_block_runner(BlockRunner runner) { block_runner_ = std::move(runner); }
 
+  // DeepSpeed-Ulysses over `group` (P consecutive ranks that share their samples): idx and targets are then this
+  // rank's T/P positions of each sequence (rank r's start at r·T/P), every attention runs between all-to-alls
+  // (CausalSelfAttention::set_sequence_group), and loss() is this rank's share of the sequences' mean loss — its
+  // positions' mean / P, which the ranks' gradients add up to (DeepSpeed sums them over the sequence ranks) — with the
+  // value of the whole mean (the shares summed over the group), so a log shows what one process shows.
+  // std::invalid_argument for MoE blocks or tensor parallelism with it.
+  void set_sequence_group(std::shared_ptr<dscpp::Comm> group);
+
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<dscpp::Comm>& model_group() const { return group_; }
   // The trainable parameters that are slices over model_group, by name, and where each sits in the whole parameter
@@ -101,6 +109,7 @@ class GptImpl : public torch::nn::Module {
  private:
   GptConfig config_;
   std::shared_ptr<dscpp::Comm> group_;  // tensor-parallel group (a single-process comm: whole)
+  std::shared_ptr<dscpp::Comm> sequence_group_;  // DeepSpeed-Ulysses (null: off)
   MoeSettings moe_;
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;

@@ -176,6 +176,12 @@ struct Config {
   bool prescale_gradients = false;
   double gradient_predivide_factor = 1.0;
   std::optional<DType> communication_data_type;  // nullopt = the compute dtype
+  // DeepSpeed-Ulysses: the ranks that split each sequence (consecutive ranks of the data-parallel group, which ZeRO
+  // partitions over and gradients are summed over; they are averaged over the data-parallel size alone, world /
+  // (tensor x pipeline x this), which is also the batch triangle's third side). With it > 1 the gradients are
+  // communicated in seq_parallel_communication_data_type, as DeepSpeed's engine does.
+  int sequence_parallel_size = 1;
+  DType seq_parallel_communication_data_type = DType::kFloat32;
   std::optional<DType> grad_accum_dtype;          // "data_types.grad_accum_dtype"; nullopt = the stage's own
   Fp16Config fp16;
   bool bf16 = false;                    // "bf16.enabled" (alias "bfloat16")
@@ -211,11 +217,13 @@ struct Config {
 };
 
 // The model-parallel sizes a config asks for, read ahead of the parse, which needs the data-parallel size they leave
-// (world / (tensor x pipeline): the batch triangle's third side): tensor_parallel.autotp_size and pipeline.stages,
+// (world / (tensor x pipeline x sequence): the batch triangle's third side): tensor_parallel.autotp_size,
+// pipeline.stages and sequence_parallel_size,
 // with `overrides` (--set) applied; 1 where absent or not a whole number ("auto" stages). The parse checks them.
 struct ParallelSizes {
   int tensor = 1;
   int pipeline = 1;
+  int sequence = 1;  // sequence_parallel_size
 };
 ParallelSizes read_parallel_sizes(const nlohmann::json& config,
                                     const std::map<std::string, nlohmann::json>& overrides = {});

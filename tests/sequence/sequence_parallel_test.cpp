@@ -1,0 +1,93 @@
+// gpt-train --sequence_parallel (DeepSpeed-Ulysses through the engine's sequence_parallel_size): 20 steps of the tiny
+// GPT (global batch 8, 128 positions, clipping at 1.0) with each sequence split over 2 ranks — at ZeRO 0 and ZeRO 3
+// (built partitioned) on 2 processes, and at ZeRO-2 on 4 processes (2 sequence ranks × 2 data-parallel ranks) —
+// give stage 0's per-step losses and gradient norms on one process. Then what the config and gpt-train refuse.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "../common/comms_summary.h"
+#include "../common/gpt_train_runs.h"
+#include "../common/multiprocess.h"
+#include "dscpp/dscpp.h"
+
+namespace dscpp::testing {
+namespace {
+
+TEST(SequenceParallel, GptTrainSplitSequencesGiveTheOneProcessLosses) {
+  const auto whole = gpt_train_adamw(1, 0, "");
+  ASSERT_EQ(whole.size(), 20u);
+  for (const auto& [world, stage] : std::vector<std::pair<int, int>>{{2, 0}, {2, 3}, {4, 2}}) {
+    SCOPED_TRACE("world " + std::to_string(world) + ", ZeRO-" + std::to_string(stage));
+    expect_same_trajectory(gpt_train_adamw(world, stage, "--sequence_parallel 2"), whole);
+  }
+}
+
+// bf16 with sequence parallelism: DeepSpeed's engine communicates the gradients in seq_parallel_communication_data_type
+// (fp32 unless the config says), not the compute dtype — the comms logger's all-reduce bytes halve with "bf16".
+TEST(SequenceParallel, GradientsTravelInTheSequenceParallelCommDtype) {
+  auto all_reduce_bytes = [](const nlohmann::json& extra) {
+    nlohmann::json config = {{"train_batch_size", 8}, {"train_micro_batch_size_per_gpu", 4},
+                             {"bf16", {{"enabled", true}}}, {"comms_logger", {{"enabled", true}}},
+                             {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 1e-3}}}}}};
+    config.update(extra);
+    const auto run = gpt_train_run(2, config, "--sequence_parallel 2");
+    return comms_bytes(run.log)["all_reduce"];
+  };
+  const double fp32 = all_reduce_bytes(nlohmann::json::object()),
+               bf16 = all_reduce_bytes({{"seq_parallel_communication_data_type", "bf16"}});
+  ASSERT_GT(bf16, 0);
+  EXPECT_NEAR(fp32 / bf16, 2.0, 0.05) << fp32 << " vs " << bf16;
+}
+
+// The batch triangle counts the ranks that read samples: with 2 sequence ranks of 2 processes, one.
+TEST(SequenceParallel, TheBatchTriangleCountsDataParallelRanksOnly) {
+  ConfigOptions options;
+  options.world_size = 1;
+  const auto config = Config::from_json({{"train_micro_batch_size_per_gpu", 4}, {"gradient_accumulation_steps", 2},
+                                         {"sequence_parallel_size", 2}},
+                                        options);
+  EXPECT_EQ(config.batch.train_batch_size, 8);
+  EXPECT_EQ(config.sequence_parallel_size, 2);
+  EXPECT_EQ(config.seq_parallel_communication_data_type, DType::kFloat32);  // DeepSpeed's default
+  EXPECT_EQ(read_parallel_sizes({{"sequence_parallel_size", 4}}).sequence, 4);
+  EXPECT_EQ(read_parallel_sizes({}, {{"sequence_parallel_size", 2}}).sequence, 2);
+}
+
+TEST(SequenceParallel, ConfigRefusesWhatItDoesNotCombineWith) {
+  const std::vector<std::pair<nlohmann::json, std::string>> cases = {
+      {{{"sequence_parallel_size", 0}}, "sequence_parallel_size"},
+      {{{"sequence_parallel_size", 2}, {"tensor_parallel", {{"autotp_size", 2}}}},
+       "sequence_parallel_size 2 with tensor_parallel.autotp_size 2: sequence and tensor parallelism together"},
+      {{{"sequence_parallel_size", 2}, {"pipeline", {{"stages", 2}}}},
+       "sequence_parallel_size 2 with pipeline.stages 2"},
+      {{{"sequence_parallel_size", 2}, {"optimizer", {{"type", "OneBitAdam"}, {"params", {{"lr", 1e-3}}}}}},
+       "sequence_parallel_size 2 with optimizer.type \"OneBitAdam\""},
+      {{{"sequence_parallel_size", 2}, {"seq_parallel_communication_data_type", "int8"}},
+       "seq_parallel_communication_data_type"},
+  };
+  for (auto [json, message] : cases) {
+    json["train_batch_size"] = 4;
+    try {
+      Config::from_json(json);
+      ADD_FAILURE() << json.dump() << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(SequenceParallel, GptTrainNamesWhatDoesNotSplit) {
+  const std::string gpt = std::string(DSCPP_BINARY_DIR) + "/gpt-train --no_progress --model tiny --steps 1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--sequence_parallel 3", "--sequence_parallel 3 does not divide the world size 2"},
+      {"--sequence_parallel 2 --seq_len 63", "--seq_len 63 does not split over --sequence_parallel 2 ranks"},
+      {"--sequence_parallel 2 --tensor_parallel 2",
+       "--sequence_parallel with --tensor_parallel or --pipeline_parallel is not supported yet"},
+      {"--sequence_parallel 2 --moe_experts 2", "sequence parallelism with MoE blocks is not supported yet"},
+  };
+  expect_gpt_train_refuses(gpt, cases);
+}
+
+}  // namespace
+}  // namespace dscpp::testing

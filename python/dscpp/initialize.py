@@ -78,6 +78,12 @@ def _mpu_groups(mpu, model):
     tensor_model_parallel, Megatron's attribute, or model_parallel, DeepSpeed's). (None, {}) without one."""
     if mpu is None:
         return None, {}
+    if hasattr(mpu, "get_sequence_parallel_group"):
+        # DeepSpeed reads its sequence-data-parallel group from such an mpu (Ulysses' parallel_state_sp); here the
+        # engine's group would be its data-parallel one, and sequence_parallel_size would split that.
+        raise NotImplementedError(f"dscpp.initialize: mpu {type(mpu).__name__} has sequence-parallel groups, which "
+                                  "are not supported yet; pass no mpu and set sequence_parallel_size in the config "
+                                  "(the engine's group is then every rank, its sequence groups consecutive ranks)")
     tensor_group = getattr(mpu, "get_tensor_model_parallel_group", None) or getattr(mpu, "get_model_parallel_group",
                                                                                     None)
     if tensor_group is None or not hasattr(mpu, "get_data_parallel_group"):
@@ -99,12 +105,14 @@ def _mpu_groups(mpu, model):
 
 def _dataloader(training_data, engine, collate_fn, drop_last):
     """DeepSpeed's loader: torch's DistributedSampler (shuffled, seed 0; call set_epoch per epoch) over the
-    data-parallel ranks, micro-batch sized."""
+    data-parallel ranks (the sequence ranks of one sample counted once), micro-batch sized."""
     from torch.utils.data import DataLoader, DistributedSampler, IterableDataset
     if isinstance(training_data, IterableDataset):
         raise TypeError("dscpp.initialize: training_data is an IterableDataset, which cannot be sharded by a sampler; "
                         "pass a map-style Dataset, or build your own loader")
-    sampler = DistributedSampler(training_data, num_replicas=engine.world_size, rank=engine.rank)
+    # With sequence_parallel_size P the engine's group holds P consecutive ranks per sample: they read the same one.
+    sequence = engine.sequence_parallel_size
+    sampler = DistributedSampler(training_data, num_replicas=engine.world_size // sequence, rank=engine.rank // sequence)
     return DataLoader(training_data, batch_size=engine.micro_batch, sampler=sampler, collate_fn=collate_fn,
                       drop_last=drop_last)
 

@@ -203,6 +203,8 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("world_size", &Engine::world_size)
       .def_property_readonly("zero_stage", [](const Engine& e) { return e.config().zero.stage; })
       .def_property_readonly("micro_batch", [](const Engine& e) { return e.config().batch.micro_batch; })
+      .def_property_readonly("sequence_parallel_size",
+                             [](const Engine& e) { return e.config().sequence_parallel_size; })
       .def_property_readonly("grad_accum", [](const Engine& e) { return e.config().batch.grad_accum; })
       .def_property_readonly("train_batch_size", [](const Engine& e) { return e.config().batch.train_batch_size; })
       .def_property_readonly("compute_dtype",

@@ -14,10 +14,11 @@ namespace py = pybind11;
 namespace dscpp::python {
 
 void bind_sequence(py::module_& m) {
-  // std::invalid_argument reaches Python as ValueError, naming the sizes. The GIL stays held: the local attention is
-  // Python, and the exchanges are short.
+  // std::invalid_argument reaches Python as ValueError, naming the sizes. The GIL is released while the exchanges
+  // wait: the group's own worker thread may need it meanwhile (Gloo's run loop frees a finished work's tensors, which
+  // can be Python's, on that thread), and a rank blocked in the all-to-all holding it would wait forever.
   m.def("seq_all_to_all", &seq_all_to_all, py::arg("input"), py::arg("group"), py::arg("scatter_dim"),
-        py::arg("gather_dim"),
+        py::arg("gather_dim"), py::call_guard<py::gil_scoped_release>(),
         "Ulysses' all-to-all over `group` (a dscpp._C.Comm): chunk j of `input` along scatter_dim to rank j, the "
         "received chunks concatenated along gather_dim in rank order; differentiable (the gradient goes back).");
   m.def(
@@ -26,9 +27,11 @@ void bind_sequence(py::module_& m) {
          const torch::Tensor& key, const torch::Tensor& value, int64_t batch_dim) {
         DistributedAttention attention(
             [&local_attention](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+              py::gil_scoped_acquire gil;  // the model's attention is Python
               return local_attention(q, k, v).cast<torch::Tensor>();
             },
             group);
+        py::gil_scoped_release no_gil;  // as seq_all_to_all: never wait in a collective holding the GIL
         return attention.forward(query, key, value, batch_dim);
       },
       py::arg("group"), py::arg("local_attention"), py::arg("query"), py::arg("key"), py::arg("value"),

@@ -38,6 +38,8 @@ void check_optimizer(const Config& config) {
 DType gradient_accumulation_dtype(const Config& config) {
   if (config.zero.stage < 2) return config.compute_dtype();
   if (config.zero.offload_optimizer.device != OffloadDevice::kNone) return DType::kFloat32;
+  // Sequence parallelism replaces the gradients' wire dtype, and so what stages 2-3 accumulate in (stage_context).
+  if (config.sequence_parallel_size > 1) return config.seq_parallel_communication_data_type;
   return config.communication_data_type.value_or(config.compute_dtype());
 }
 

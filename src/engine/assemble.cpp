@@ -200,7 +200,7 @@ StateStoreFactory param_store(const Config& config, int rank) {
 // rank's loss is its share of its sequence's, so the sequence ranks' gradients add up to the sequence's.
 StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   StageContext context;
-  const int rank = comm->rank(), world = comm->world_size() / config.sequence_parallel_size;
+  const int rank = comm->rank(), group = comm->world_size(), world = group / config.sequence_parallel_size;
   context.comm = std::move(comm);
   if (config.communication_data_type) context.comm_dtype = to_scalar_type(*config.communication_data_type);
   if (config.sequence_parallel_size > 1) {
@@ -211,9 +211,9 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   context.allgather_bucket_numel = config.zero.allgather_bucket_size;
   context.quantized_weights = config.zero.quantized_weights;
   if (const int64_t hpz = config.zero.hpz_partition_size; hpz > 1) {
-    if (world % hpz != 0) {
+    if (group % hpz != 0) {
       throw std::invalid_argument("zero_optimization.zero_hpz_partition_size = " + std::to_string(hpz) +
-                                  ": must divide the data-parallel size, " + std::to_string(world));
+                                  ": must divide the data-parallel size, " + std::to_string(group));
     }
     // Consecutive ranks, as a node's GPUs are numbered. Collective: every rank of the data group splits.
     context.hpz_comm = context.comm->split(static_cast<int>(rank / hpz), rank);

@@ -71,6 +71,15 @@ ParallelLayout::ParallelLayout(Groups groups, Names names, const Config& config,
                                 std::to_string(expert_parallel_) + ") but no parameter is an expert: name them in "
                                 "InitOptions::expert_params (moe::expert_parameter_names)");
   }
+  // The config's tensor_parallel and pipeline keys are refused with it at parse time; groups handed over directly
+  // (InitOptions, a pipeline's grid) are refused here.
+  for (const auto& [group, what] : {std::pair{groups_.model, "tensor"}, std::pair{groups_.pipe, "pipeline"}}) {
+    if (config.sequence_parallel_size > 1 && group && group->world_size() > 1) {
+      throw ConfigError("sequence_parallel_size " + std::to_string(config.sequence_parallel_size) + " with a " +
+                        what + "-parallel group of " + std::to_string(group->world_size()) + " ranks: sequence and " +
+                        what + " parallelism together are not supported yet by deepspeed.cpp");
+    }
+  }
   if (config.sequence_parallel_size > 1 && (!names_.experts.empty() || model_expert_parallel > 1)) {
     throw ConfigError("sequence_parallel_size " + std::to_string(config.sequence_parallel_size) +
                       " with Mixture-of-Experts layers: not supported yet by deepspeed.cpp (their gates route each "

@@ -85,6 +85,7 @@ TEST(SequenceParallel, GptTrainNamesWhatDoesNotSplit) {
       {"--sequence_parallel 2 --tensor_parallel 2",
        "--sequence_parallel with --tensor_parallel or --pipeline_parallel is not supported yet"},
       {"--sequence_parallel 2 --moe_experts 2", "sequence parallelism with MoE blocks is not supported yet"},
+      {"--sequence_parallel 2 --dropout 0.1", "--dropout with --sequence_parallel is not supported yet"},
   };
   expect_gpt_train_refuses(gpt, cases);
 }

@@ -50,13 +50,15 @@ class DistributedAttention(torch.nn.Module):
         self.scatter_idx = scatter_idx
         self.gather_idx = gather_idx
         self.num_kv_heads = num_kv_heads
-        self._comm = _comm_over(sequence_process_group)
-        if num_kv_heads is not None and num_kv_heads % self._comm.world_size != 0:
-            raise NotImplementedError(f"DistributedAttention: num_kv_heads {num_kv_heads} does not divide by the "
-                                      f"sequence-parallel size {self._comm.world_size}; uneven head partitions are "
-                                      "not supported")
+        self._comm = None  # made at the first forward: a model is often built before torch.distributed starts
 
     def forward(self, query, key, value, batch_dim_idx, rotary_pos_emb=None, *args, **kwargs):
+        if self._comm is None:
+            self._comm = _comm_over(self.spg)
+            if self.num_kv_heads is not None and self.num_kv_heads % self._comm.world_size != 0:
+                raise NotImplementedError(f"DistributedAttention: num_kv_heads {self.num_kv_heads} does not divide by "
+                                          f"the sequence-parallel size {self._comm.world_size}; uneven head "
+                                          "partitions are not supported")
         if rotary_pos_emb is not None:
             raise NotImplementedError("DistributedAttention: rotary_pos_emb is not supported; apply the rotary "
                                       "embedding to query and key before the layer, at each token's position in "

@@ -86,18 +86,6 @@ const AllowedGlobal* find_global(const std::string& name) {
   return nullptr;
 }
 
-PyRef make(Kind kind) {
-  auto v = std::make_shared<PyValue>();
-  v->kind = kind;
-  return v;
-}
-
-PyRef make_int(int64_t value) {
-  auto v = make(Kind::kInt);
-  v->integer = value;
-  return v;
-}
-
 class Unpickler {
  public:
   Unpickler(std::string path, caffe2::serialize::PyTorchStreamReader& archive, const char* data, size_t size)
@@ -116,30 +104,30 @@ class Unpickler {
         case '(': marks_.push_back(stack_.size()); break;  // MARK
         case '0': pop(); break;                              // POP
         case '1': pop_mark(); break;                         // POP_MARK
-        case 'N': push(make(Kind::kNone)); break;
-        case 0x88: push_bool(true); break;   // NEWTRUE
-        case 0x89: push_bool(false); break;  // NEWFALSE
-        case 'J': push(make_int(static_cast<int32_t>(read_le(4)))); break;  // BININT
-        case 'K': push(make_int(static_cast<int64_t>(read_le(1)))); break;  // BININT1
-        case 'M': push(make_int(static_cast<int64_t>(read_le(2)))); break;  // BININT2
-        case 0x8a: push(make_int(read_long(static_cast<size_t>(read_le(1))))); break;  // LONG1
-        case 'G': push_double(read_be_double()); break;                               // BINFLOAT
+        case 'N': push(py_none()); break;
+        case 0x88: push(py_bool(true)); break;   // NEWTRUE
+        case 0x89: push(py_bool(false)); break;  // NEWFALSE
+        case 'J': push(py_int(static_cast<int32_t>(read_le(4)))); break;  // BININT
+        case 'K': push(py_int(static_cast<int64_t>(read_le(1)))); break;  // BININT1
+        case 'M': push(py_int(static_cast<int64_t>(read_le(2)))); break;  // BININT2
+        case 0x8a: push(py_int(read_long(static_cast<size_t>(read_le(1))))); break;  // LONG1
+        case 'G': push(py_float(read_be_double())); break;                               // BINFLOAT
         case 'X': push_text(Kind::kString, read_le(4)); break;     // BINUNICODE
         case 0x8c: push_text(Kind::kString, read_le(1)); break;    // SHORT_BINUNICODE
         case 'T': push_text(Kind::kString, read_le(4)); break;     // BINSTRING (protocol-1 str)
         case 'U': push_text(Kind::kString, read_le(1)); break;     // SHORT_BINSTRING
         case 'B': push_text(Kind::kBytes, read_le(4)); break;      // BINBYTES
         case 'C': push_text(Kind::kBytes, read_le(1)); break;      // SHORT_BINBYTES
-        case ')': push(make(Kind::kTuple)); break;                  // EMPTY_TUPLE
-        case ']': push(make(Kind::kList)); break;                   // EMPTY_LIST
-        case '}': push(make(Kind::kDict)); break;                   // EMPTY_DICT
+        case ')': push(make_value(Kind::kTuple)); break;                  // EMPTY_TUPLE
+        case ']': push(make_value(Kind::kList)); break;                   // EMPTY_LIST
+        case '}': push(make_value(Kind::kDict)); break;                   // EMPTY_DICT
         case 't': push_sequence(Kind::kTuple, pop_mark()); break;  // TUPLE
         case 'l': push_sequence(Kind::kList, pop_mark()); break;   // LIST
         case 0x85: push_sequence(Kind::kTuple, pop_n(1)); break;   // TUPLE1
         case 0x86: push_sequence(Kind::kTuple, pop_n(2)); break;   // TUPLE2
         case 0x87: push_sequence(Kind::kTuple, pop_n(3)); break;   // TUPLE3
         case 'd': {                                                 // DICT
-          auto dict = make(Kind::kDict);
+          auto dict = make_value(Kind::kDict);
           set_items(*dict, pop_mark());
           push(dict);
           break;
@@ -261,25 +249,15 @@ class Unpickler {
   }
 
   void push(PyRef v) { stack_.push_back(std::move(v)); }
-  void push_bool(bool b) {
-    auto v = make(Kind::kBool);
-    v->boolean = b;
-    push(v);
-  }
-  void push_double(double d) {
-    auto v = make(Kind::kFloat);
-    v->real = d;
-    push(v);
-  }
   void push_text(Kind kind, uint64_t bytes) {
     if (pos_ + bytes > size_) fail("truncated");
-    auto v = make(kind);
+    auto v = make_value(kind);
     v->text.assign(data_ + pos_, bytes);
     pos_ += bytes;
     push(v);
   }
   void push_sequence(Kind kind, std::vector<PyRef> items) {
-    auto v = make(kind);
+    auto v = make_value(kind);
     for (auto& item : items) adopt(*v, std::move(item));
     push(v);
   }
@@ -363,7 +341,7 @@ class Unpickler {
                                "', which is not a tensor, a plain container or one of the few DeepSpeed objects "
                                "known to be data (src/checkpoint/torch_pickle.cpp); refused, nothing was executed");
     }
-    auto v = make(Kind::kGlobal);
+    auto v = make_value(Kind::kGlobal);
     v->text = name;
     push(v);
   }
@@ -378,7 +356,7 @@ class Unpickler {
     switch (g.what) {
       case Global::kOrderedDict:
         if (!a.empty()) fail("OrderedDict built from arguments");
-        return make(Kind::kDict);
+        return make_value(Kind::kDict);
       case Global::kRebuildTensor: return rebuild_tensor(a);
       case Global::kRebuildParameter:
         if (a.empty() || a[0]->kind != Kind::kTensor) fail("_rebuild_parameter without a tensor");
@@ -395,15 +373,15 @@ class Unpickler {
       }
       case Global::kSize: {
         if (a.size() != 1) fail("torch.Size of " + std::to_string(a.size()) + " arguments");
-        auto t = make(Kind::kTuple);
-        for (const auto& d : a[0]->as_sequence(path_ + ": torch.Size")) adopt(*t, make_int(d->as_int(path_)));
+        auto t = make_value(Kind::kTuple);
+        for (const auto& d : a[0]->as_sequence(path_ + ": torch.Size")) adopt(*t, py_int(d->as_int(path_)));
         return t;
       }
       case Global::kEncode: {
         // Protocol 2 writes bytes as _codecs.encode(their latin-1 decoding as a str, "latin1"): re-encode.
         if (a.size() != 2 || a[1]->as_string(path_) != "latin1") fail("_codecs.encode other than latin1");
         const auto& utf8 = a[0]->as_string(path_);
-        auto out = make(Kind::kBytes);
+        auto out = make_value(Kind::kBytes);
         for (size_t i = 0; i < utf8.size(); ++i) {
           const auto c = static_cast<unsigned char>(utf8[i]);
           if (c < 0x80) {
@@ -417,7 +395,7 @@ class Unpickler {
         return out;
       }
       case Global::kDataClass: {
-        auto object = make(Kind::kObject);
+        auto object = make_value(Kind::kObject);
         object->text = callable.text;
         for (const auto& arg : a) adopt(*object, arg);
         return object;
@@ -455,7 +433,7 @@ class Unpickler {
       storage = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
       if (bytes) archive_.getRecord(record, storage.data_ptr(), bytes);
     }
-    auto v = make(Kind::kTensor);
+    auto v = make_value(Kind::kTensor);
     v->tensor = storage;
     return v;
   }
@@ -484,7 +462,7 @@ class Unpickler {
     if (offset < 0 || (!empty && (last >= storage.numel() || elements > storage.numel()))) {
       fail("a tensor outside its storage, or larger than it");
     }
-    auto v = make(Kind::kTensor);
+    auto v = make_value(Kind::kTensor);
     v->tensor = storage.as_strided(size, stride, offset);
     return v;
   }

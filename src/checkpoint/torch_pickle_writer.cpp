@@ -12,72 +12,66 @@
 
 namespace dscpp {
 
-namespace {
-
 using Kind = PyValue::Kind;
 
-PyRef make(Kind kind) {
+PyRef make_value(Kind kind) {
   auto v = std::make_shared<PyValue>();
   v->kind = kind;
   return v;
 }
 
-}  // namespace
-
 PyRef py_int(int64_t value) {
-  auto v = make(Kind::kInt);
+  auto v = make_value(Kind::kInt);
   v->integer = value;
   return v;
 }
 
-
-PyRef py_none() { return make(Kind::kNone); }
+PyRef py_none() { return make_value(Kind::kNone); }
 
 PyRef py_bool(bool value) {
-  auto v = make(Kind::kBool);
+  auto v = make_value(Kind::kBool);
   v->boolean = value;
   return v;
 }
 
-
 PyRef py_float(double value) {
-  auto v = make(Kind::kFloat);
+  auto v = make_value(Kind::kFloat);
   v->real = value;
   return v;
 }
 
 PyRef py_str(std::string value) {
-  auto v = make(Kind::kString);
+  auto v = make_value(Kind::kString);
   v->text = std::move(value);
   return v;
 }
 
 PyRef py_list(std::vector<PyRef> items) {
-  auto v = make(Kind::kList);
+  auto v = make_value(Kind::kList);
   v->items = std::move(items);
   return v;
 }
 
 PyRef py_tuple(std::vector<PyRef> items) {
-  auto v = make(Kind::kTuple);
+  auto v = make_value(Kind::kTuple);
   v->items = std::move(items);
   return v;
 }
 
 PyRef py_dict(std::vector<std::pair<std::string, PyRef>> entries) {
-  auto v = make(Kind::kDict);
+  auto v = make_value(Kind::kDict);
   for (auto& [key, value] : entries) v->entries.emplace_back(py_str(key), std::move(value));
   return v;
 }
 
 PyRef py_tensor(torch::Tensor tensor) {
-  auto v = make(Kind::kTensor);
+  auto v = make_value(Kind::kTensor);
   v->tensor = std::move(tensor);
   return v;
 }
 
 PyRef py_object(std::string qualified_class, std::vector<PyRef> args, PyRef state) {
-  auto v = make(Kind::kObject);
+  auto v = make_value(Kind::kObject);
   v->text = std::move(qualified_class);
   v->items = std::move(args);
   v->state = std::move(state);

@@ -14,8 +14,8 @@ namespace {
 // along `gather` in rank order.
 torch::Tensor exchange(const torch::Tensor& x, Comm& group, int64_t scatter, int64_t gather) {
   const int64_t parts = group.world_size();
-  // [P, chunk...], contiguous: the rank-major chunks Comm::all_to_all sends.
-  auto outgoing = torch::stack(x.chunk(parts, scatter), 0).contiguous();
+  // [P, chunk...] (stack makes it contiguous): the rank-major chunks Comm::all_to_all sends.
+  auto outgoing = torch::stack(x.chunk(parts, scatter), 0);
   auto incoming = torch::empty_like(outgoing);
   group.all_to_all(incoming, outgoing).wait();
   return torch::cat(incoming.unbind(0), gather);

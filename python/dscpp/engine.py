@@ -382,7 +382,8 @@ class DeepSpeedEngine:
 
     def parameter_shape(self, param):
         """`param`'s whole shape (a tensor-parallel rank's slice's), as the engine holds it whatever the tensor shows
-        (under ZeRO-3, 0 elements between forwards); None for a parameter this engine does not train."""
+        (under ZeRO-3, 0 elements between forwards, frozen ones too); None for a parameter this engine does not
+        hold."""
         if not self.holds(param):
             return None
         return self._param_shapes.get(self._param_names[id(param)])

@@ -170,15 +170,25 @@ PYBIND11_MODULE(_C, m) {
       .def("whole_parameter", &Engine::whole_parameter, py::arg("param"), py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("param_shapes",
                              [](const Engine& e) {
+                               // Trainable and frozen: DeepSpeed's ds_shape holds for every ZeRO-3 parameter.
                                std::map<std::string, std::vector<int64_t>> shapes;
                                for (const auto& p : e.param_entries()) shapes.emplace(p.name, p.shape);
+                               for (const auto& p : e.frozen_entries()) shapes.emplace(p.name, p.shape);
                                return shapes;
                              })
       .def(
           "set_parameters",
           [](Engine& e, const std::map<std::string, torch::Tensor>& values) {
-            e.write_own_weights([&](const std::string& name, const std::vector<int64_t>&) { return values.at(name); },
-                                [&](const std::string& name) { return values.count(name) > 0; });
+            // Frozen ones into their shards (or themselves), the trainable ones through the master.
+            std::map<std::string, torch::Tensor> trained = values;
+            for (const auto& p : e.frozen_entries()) {
+              auto it = trained.find(p.name);
+              if (it == trained.end()) continue;
+              e.write_frozen(p.name, it->second);
+              trained.erase(it);
+            }
+            e.write_own_weights([&](const std::string& name, const std::vector<int64_t>&) { return trained.at(name); },
+                                [&](const std::string& name) { return trained.count(name) > 0; });
           },
           py::arg("values"), py::call_guard<py::gil_scoped_release>())
       .def(

@@ -9,14 +9,16 @@
 namespace dscpp {
 
 Handle quantized_all_gather(Comm& comm, torch::Tensor& output, const torch::Tensor& shard) {
+  return quantized_all_gather(comm, output, quantize_blocks(shard, 8), shard.numel());
+}
+
+Handle quantized_all_gather(Comm& comm, torch::Tensor& output, const QuantizedBlocks& mine, int64_t shard_numel) {
   const int world = comm.world_size();
-  const int64_t shard_numel = shard.numel();
   if (output.numel() != world * shard_numel || !output.is_contiguous()) {
     throw std::invalid_argument("quantized_all_gather: the output has " + std::to_string(output.numel()) +
                                 " elements for " + std::to_string(world) + " shards of " +
                                 std::to_string(shard_numel) + " (it must be contiguous and hold exactly them)");
   }
-  const auto mine = quantize_blocks(shard, 8);
   const int64_t padded = mine.values.numel(), blocks = mine.scales.numel();
   auto values = torch::empty({world * padded}, mine.values.options());
   auto scales = torch::empty({world * blocks}, mine.scales.options());

@@ -127,10 +127,12 @@ ZeroConfig parse_zero(JsonReader& z) {
   z.require(!c.quantized_weights || c.stage == 3, "zero_quantized_weights",
             "false below stage 3: ZeRO++ quantizes ZeRO-3's weight all-gather, and stage " + std::to_string(c.stage) +
                 " keeps whole weights on every rank");
-  // Frozen parameters are not partitioned by this engine's ZeRO-3 (every rank keeps them whole, zero/zero_stage.h),
-  // so there is no all-gather of them to quantize and no partition to store quantized.
-  z.require(!z.get_bool("zero_quantized_nontrainable_weights", false), "zero_quantized_nontrainable_weights",
-            "false: frozen parameters stay whole on every rank under this engine's ZeRO-3 (not supported yet)");
+  // ZeRO++: ZeRO-3's frozen parameters' shards kept as int8 blocks, gathered as they are (DeepSpeed reads it in
+  // stage 3 only, where frozen parameters are partitioned).
+  c.quantized_nontrainable_weights = z.get_bool("zero_quantized_nontrainable_weights", false);
+  z.require(!c.quantized_nontrainable_weights || c.stage == 3, "zero_quantized_nontrainable_weights",
+            "false below stage 3: ZeRO++ stores ZeRO-3's shards of the frozen parameters quantized, and stage " +
+                std::to_string(c.stage) + " keeps whole weights on every rank");
   // ZeRO++ qgZ: ZeRO-3's gradient reduce-scatter as an all-to-all of 4-bit blocks (DeepSpeed reads it in stage 3 only).
   c.quantized_gradients = z.get_bool("zero_quantized_gradients", false);
   z.require(!c.quantized_gradients || c.stage == 3, "zero_quantized_gradients",

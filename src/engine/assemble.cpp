@@ -56,9 +56,9 @@ std::vector<PrepartitionedUnit> take_partitioned(InitOptions& options) {
 }
 
 // Units built partitioned, as the engine takes them. A unit made whole since (GatheredParameters, an init function
-// that read its weights) is whole parameters like any other; one holding a parameter frozen since is gathered whole,
-// as frozen parameters are whole on every rank; the rest get their shapes back (views of their released buffers)
-// for Stage 3 to adopt or regroup.
+// that read its weights) is whole parameters like any other; one holding a parameter the optimizer leaves alone
+// though it wants a gradient (untrained_params) is gathered whole, as those are whole on every rank; the rest get
+// their shapes back (views of their released buffers) for Stage 3 to adopt or regroup (frozen ones included).
 std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedUnit> units, const ModelTensors& model,
                                                      const std::set<std::string>& untrained, const Config& config,
                                                      Comm* comm) {
@@ -69,9 +69,9 @@ std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedU
                       ": the model was built partitioned (zero.Init), which needs stage 3");
   }
   if (!comm) throw std::logic_error("dscpp::initialize: a model built partitioned comes with the comm it used");
-  std::unordered_set<const c10::TensorImpl*> frozen;
+  std::unordered_set<const c10::TensorImpl*> whole;
   for (const auto& p : model.params) {
-    if (!p.tensor.requires_grad() || untrained.count(p.name)) frozen.insert(p.tensor.unsafeGetTensorImpl());
+    if (p.tensor.requires_grad() && untrained.count(p.name)) whole.insert(p.tensor.unsafeGetTensorImpl());
   }
   std::vector<PrepartitionedUnit> out;
   for (auto& unit : units) {
@@ -81,10 +81,10 @@ std::vector<PrepartitionedUnit> adopt_prepartitioned(std::vector<PrepartitionedU
                         std::string(c10::toString(unit.buffer.scalar_type())) + " but this config computes in " +
                         to_string(config.compute_dtype()) + ": build it with the config given to initialize");
     }
-    const bool has_frozen = std::any_of(unit.params.begin(), unit.params.end(), [&](const torch::Tensor& p) {
-      return frozen.count(p.unsafeGetTensorImpl()) > 0;
+    const bool has_whole = std::any_of(unit.params.begin(), unit.params.end(), [&](const torch::Tensor& p) {
+      return whole.count(p.unsafeGetTensorImpl()) > 0;
     });
-    if (has_frozen) {
+    if (has_whole) {
       gather_whole(unit, *comm);
       continue;
     }
@@ -110,25 +110,37 @@ void broadcast_rest(const std::vector<torch::Tensor>& tensors, Comm& comm) {
 struct SplitModel {
   std::vector<torch::Tensor> params;  // trainable: what ZeRO partitions and the optimizer updates
   std::vector<std::string> names;
-  std::vector<torch::Tensor> rest;    // frozen parameters and buffers
+  std::vector<torch::Tensor> frozen;  // ZeRO-3: frozen parameters it partitions too (PartitionedModel::frozen)
+  std::vector<std::string> frozen_names;
+  std::vector<torch::Tensor> rest;    // the other frozen parameters and buffers, whole on every rank
 };
 
-SplitModel split_model(const ModelTensors& model, const std::set<std::string>& untrained, EngineModel& held) {
+// `partition_frozen` (ZeRO-3): frozen floating parameters (requires_grad false) go to the stage; a parameter that
+// wants a gradient the optimizer does not use (untrained_params) stays whole, as at every other stage.
+SplitModel split_model(const ModelTensors& model, const std::set<std::string>& untrained, bool partition_frozen,
+                       EngineModel& held) {
   SplitModel split;
   for (const auto& p : model.params) {
     if (p.tensor.requires_grad() && !untrained.count(p.name)) {
       split.params.push_back(p.tensor);
       split.names.push_back(p.name);
       held.params.push_back({p.name, p.tensor.sizes().vec()});
+      continue;
+    }
+    if (partition_frozen && !p.tensor.requires_grad() && p.tensor.is_floating_point()) {
+      split.frozen.push_back(p.tensor);
+      split.frozen_names.push_back(p.name);
     } else {
       split.rest.push_back(p.tensor);
-      held.module_state.push_back({p.name, p.tensor, /*frozen=*/true});
     }
+    held.module_state.push_back({p.name, p.tensor, /*frozen=*/true, p.tensor.sizes().vec()});
   }
   std::set<std::string> non_persistent = model.non_persistent_buffers;
   for (const auto& b : model.buffers) {
     split.rest.push_back(b.tensor);
-    if (non_persistent.erase(b.name) == 0) held.module_state.push_back({b.name, b.tensor, /*frozen=*/false});
+    if (non_persistent.erase(b.name) == 0) {
+      held.module_state.push_back({b.name, b.tensor, /*frozen=*/false, b.tensor.sizes().vec()});
+    }
   }
   if (!non_persistent.empty()) {
     throw std::invalid_argument("dscpp::initialize: ModelTensors::non_persistent_buffers names '" +
@@ -210,6 +222,7 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
   context.reduce_scatter = config.zero.reduce_scatter;
   context.allgather_bucket_numel = config.zero.allgather_bucket_size;
   context.quantized_weights = config.zero.quantized_weights;
+  context.quantized_nontrainable_weights = config.zero.quantized_nontrainable_weights;
   if (const int64_t hpz = config.zero.hpz_partition_size; hpz > 1) {
     if (group % hpz != 0) {
       throw std::invalid_argument("zero_optimization.zero_hpz_partition_size = " + std::to_string(hpz) +
@@ -241,7 +254,8 @@ std::unique_ptr<ZeroStage> make_stage(const Config& config, StageContext context
                                       std::vector<PrepartitionedUnit> prepartitioned, torch::ScalarType dtype,
                                       std::unique_ptr<FlatParams>& flat) {
   if (config.zero.stage == 3) {
-    PartitionedModel partitioned{split.params, split.names, std::move(model.units), std::move(prepartitioned)};
+    PartitionedModel partitioned{split.params,        split.names,  std::move(model.units), std::move(prepartitioned),
+                                 split.frozen, split.frozen_names};
     return make_stage3(context, std::move(partitioned), config.zero);
   }
   // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
@@ -431,7 +445,7 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   // The model: cast first, then flatten (the flat buffers are allocated in the compute dtype, the params views).
   held.dtype = to_scalar_type(config.compute_dtype());
   cast_floating(model, held.dtype);
-  SplitModel split = split_model(model, options.untrained_params, held);
+  SplitModel split = split_model(model, options.untrained_params, config.zero.stage == 3, held);
   held.device = training_device(split.params, groups.data != nullptr);
 
   // The data-parallel group: the backend follows the data (NCCL for CUDA parameters, Gloo for CPU ones and ranks

@@ -2,6 +2,7 @@
 // beyond one fragment in flight; a load reads into a second copy of the partition (master and optimizer state) and
 // only then replaces the engine's, so a failed load leaves the engine as it was.
 #include <algorithm>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -153,7 +154,7 @@ std::string Checkpointer::save(const std::string& save_dir, const std::string& t
   });
 
   // 1. Every rank writes its shard file and its description into the staging directory.
-  all_or_none(world(), "save_checkpoint", [&] { write_shard(staging, tag, modules); });
+  all_or_none(world(), "save_checkpoint", [&] { write_shard(staging, tag, modules, assemble_frozen(modules)); });
   fault::kill_point("checkpoint.shard_written");
 
   // 2. Rank 0 of the run merges the descriptions into the manifest, writes it and publishes the tag.
@@ -181,7 +182,36 @@ std::string description_file(const std::string& staging, int rank) {
 
 }  // namespace
 
-void Checkpointer::write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules) {
+// The frozen parameters among `modules` that the stage partitions, whole, on the rank that writes them (ZeRO-3
+// keeps only shards: assembling each is collective, so every rank of the group takes part, one at a time). The
+// checkpoint holds them whole in that rank's file, as it holds every module tensor.
+// An error on one rank (host memory running out on the writer) is held until every rank has taken part in every
+// collective, then thrown, so the others are not left waiting in the next one.
+std::map<int, torch::Tensor> Checkpointer::assemble_frozen(const std::vector<int>& modules) {
+  std::map<int, torch::Tensor> out;
+  std::exception_ptr failed;
+  for (int i : modules) {
+    const auto& t = s_.module_state[i];
+    if (!s_.stage.partitions_frozen(t.tensor)) continue;
+    auto whole = s_.stage.whole_param(t.tensor);
+    try {
+      if (writes_module_state() && !failed) out.emplace(i, whole.detach().cpu());
+    } catch (...) {
+      failed = std::current_exception();
+      out.clear();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+  return out;
+}
+
+// A module tensor's whole shape: its own, or (partitioned, so empty between uses) the one recorded at initialize.
+std::vector<int64_t> Checkpointer::module_shape(const CheckpointedState::ModuleTensor& t) const {
+  return s_.stage.partitions_frozen(t.tensor) ? t.shape : t.tensor.sizes().vec();
+}
+
+void Checkpointer::write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules,
+                               const std::map<int, torch::Tensor>& assembled) {
   const RngState rng = RngState::capture(s_.device);
   // The compute-dtype weights are the master rounded (what publishing makes them); the writer rounds each fragment
   // as it writes it, so no second copy of the partition exists.
@@ -191,7 +221,10 @@ void Checkpointer::write_shard(const std::string& staging, const std::string& ta
   auto value_of = [&](const ShardTensor& t) -> torch::Tensor {
     if (t.kind == kRngTensor) return rng.cpu();
     if (t.kind == kRngCudaTensor) return rng.cuda();
-    if (t.kind == kModuleKind) return s_.module_state[t.index].tensor.detach().cpu();
+    if (t.kind == kModuleKind) {
+      const auto it = assembled.find(t.index);
+      return it != assembled.end() ? it->second : s_.module_state[t.index].tensor.detach().cpu();
+    }
     if (t.kind == kOptimizerRankKind) return rank_state.at(t.index).second.cpu();
     if (t.kind == kOptimizerReplicatedKind) return replicated.at(t.index).second.cpu();
     const bool master = t.kind == kMasterKind || t.kind == kParam16Kind;
@@ -220,7 +253,7 @@ void Checkpointer::write_shard(const std::string& staging, const std::string& ta
     for (int i : modules) {
       const auto& t = s_.module_state[i];
       module_state.push_back(
-          to_json(ModuleStateEntry{t.name, t.tensor.sizes().vec(), t.tensor.scalar_type(), t.frozen, world_rank()}));
+          to_json(ModuleStateEntry{t.name, module_shape(t), t.tensor.scalar_type(), t.frozen, world_rank()}));
     }
   }
   const nlohmann::json description = {
@@ -366,7 +399,13 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   {
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < module_values.size(); ++i) {
-      if (module_values[i].defined()) s_.module_state[i].tensor.copy_(module_values[i]);
+      if (!module_values[i].defined()) continue;
+      const auto& tensor = s_.module_state[i].tensor;
+      if (s_.stage.partitions_frozen(tensor)) {
+        s_.stage.write_frozen(tensor, module_values[i]);  // this rank's shard of it
+      } else {
+        tensor.copy_(module_values[i]);
+      }
     }
     if (optimizer_states) {
       auto ours = s_.optimizer.rank_state();
@@ -491,9 +530,10 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
     if (it == saved.end()) continue;
     const auto saved_dtype = it->second->dtype, dtype = ours.tensor.scalar_type();
     const bool both_floating = c10::isFloatingType(saved_dtype) && c10::isFloatingType(dtype);
-    if (it->second->shape != ours.tensor.sizes().vec() || (saved_dtype != dtype && !both_floating)) {
+    const auto shape = module_shape(ours);
+    if (it->second->shape != shape || (saved_dtype != dtype && !both_floating)) {
       throw CheckpointError(source + ": module tensor '" + ours.name + "' is " + shape_text(it->second->shape) + " " +
-                            c10::toString(saved_dtype) + " there, " + shape_text(ours.tensor.sizes().vec()) + " " +
+                            c10::toString(saved_dtype) + " there, " + shape_text(shape) + " " +
                             c10::toString(dtype) + " here");
     }
     out[i] = checkpoint.read(it->second->rank, shard_tensor_name(kModuleKind, ours.name));

@@ -241,6 +241,19 @@ bool Engine::save_16bit_model(const std::string& path) {
   return true;
 }
 
+void Engine::write_frozen(const std::string& name, const torch::Tensor& value) {
+  for (const auto& t : model_.module_state) {
+    if (!t.frozen || t.name != name) continue;
+    if (value.sizes().vec() != t.shape) {
+      throw std::invalid_argument("write_frozen: the value given for '" + name + "' is " + c10::str(value.sizes()) +
+                                  ", the parameter is " + c10::str(c10::IntArrayRef(t.shape)));
+    }
+    stage_->write_frozen(t.tensor, value);
+    return;
+  }
+  throw std::invalid_argument("write_frozen: '" + name + "' is not a frozen parameter of this model");
+}
+
 ModelStateMemory Engine::memory() const {
   ModelStateMemory m;
   m.stage = stage_->memory();

@@ -12,13 +12,15 @@ std::string describe(const ModelStateMemory& m) {
          "; buffers " + b(m.stage.buffers) +
          (m.stage.persistent > 0 ? "; persistent params " + b(m.stage.persistent) : std::string()) +
          (m.stage.gathered_peak > 0 ? "; gathered peak " + b(m.stage.gathered_peak) : std::string()) +
-         (m.stage.secondary > 0 ? "; hpZ secondary shards " + b(m.stage.secondary) : std::string());
+         (m.stage.secondary > 0 ? "; hpZ secondary shards " + b(m.stage.secondary) : std::string()) +
+         (m.stage.frozen > 0 ? "; frozen params' shards " + b(m.stage.frozen) + " (in params)" : std::string());
 }
 
 nlohmann::json to_json(const ModelStateMemory& m) {
   return {{"params", m.stage.params16},     {"grads", m.stage.grads16},  {"master", m.stage.master},
           {"optimizer_state", m.optimizer_state}, {"buffers", m.stage.buffers}, {"model_states", m.model_states()},
-          {"persistent", m.stage.persistent},       {"gathered_peak", m.stage.gathered_peak}};
+          {"persistent", m.stage.persistent},       {"gathered_peak", m.stage.gathered_peak},
+          {"frozen", m.stage.frozen}};
 }
 
 std::vector<int64_t> MemoryBreakdown::pack() const {

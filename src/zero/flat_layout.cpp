@@ -68,6 +68,19 @@ int64_t FlatLayout::shard_offset(int group, int rank) const {
   return g.offset + shard * g.shard_numel;
 }
 
+std::optional<ShardFragment> FlatLayout::fragment_of(int slot, int rank) const {
+  const auto& s = slots_[slot];
+  const int64_t begin = shard_offset(s.group, rank), end = begin + groups_[s.group].shard_numel;
+  const int64_t lo = std::max(begin, s.offset), hi = std::min(end, s.offset + s.numel);
+  if (lo >= hi) return std::nullopt;
+  return ShardFragment{slot, lo - s.offset, hi - lo, lo};
+}
+
+int64_t FlatLayout::partition_offset(const ShardFragment& fragment, int rank) const {
+  const int group = slots_[fragment.slot].group;
+  return groups_[group].partition_offset + (fragment.flat_offset - shard_offset(group, rank));
+}
+
 std::vector<ShardFragment> FlatLayout::shard_fragments(int rank) const {
   std::vector<ShardFragment> out;
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {

@@ -38,6 +38,12 @@ void GatheredGroup::start_gather(Comm& comm) {
     state_ = State::kGathering;
     return;
   }
+  if (stored_.values.defined()) {
+    QuantizedBlocks sent{8, stored_.values.to(buffer_.device()), stored_.scales.to(buffer_.device())};
+    gather_ = quantized_all_gather(comm, buffer_, sent, shard_numel_);
+    state_ = State::kGathering;
+    return;
+  }
   if (store_ != nullptr) {
     // A copy, so the store's buffer is free again at once (stage 3 may have several gathers running).
     gather_input_ = store_->acquire(store_index_).front().to(buffer_.device(), /*non_blocking=*/false, /*copy=*/true);
@@ -50,6 +56,44 @@ void GatheredGroup::start_gather(Comm& comm) {
   gather_ = wire_ == GatherWire::kInt8 ? quantized_all_gather(comm, buffer_, gather_input_)
                                        : comm.all_gather(buffer_, gather_input_);
   state_ = State::kGathering;
+}
+
+void GatheredGroup::store_quantized() {
+  if (!shard_.defined()) {
+    throw std::logic_error("GatheredGroup '" + name_ + "': only a shard held in memory can be stored quantized");
+  }
+  stored_ = quantize_blocks(shard_, 8);
+  shard_ = torch::Tensor();
+}
+
+void GatheredGroup::read_shard(int64_t offset, torch::Tensor out) const {
+  if (stored_.values.defined()) {
+    out.copy_(dequantized(stored_).narrow(0, offset, out.numel()));
+  } else if (shard_.defined()) {
+    out.copy_(shard_.narrow(0, offset, out.numel()));
+  } else {
+    throw std::logic_error("GatheredGroup '" + name_ + "': its shard is kept in a store");
+  }
+}
+
+void GatheredGroup::write_shard(int64_t offset, const torch::Tensor& values) {
+  torch::NoGradGuard no_grad;
+  if (stored_.values.defined()) {
+    auto shard = torch::empty({shard_numel_}, buffer_.options().device(stored_.values.device()));
+    dequantize_blocks(stored_, shard);
+    shard.narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
+    stored_ = quantize_blocks(shard, 8);
+  } else if (shard_.defined()) {
+    shard_.narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
+  } else {
+    throw std::logic_error("GatheredGroup '" + name_ + "': its shard is kept in a store");
+  }
+  drop_secondary();
+}
+
+int64_t GatheredGroup::shard_bytes() const {
+  if (stored_.values.defined()) return stored_.values.nbytes() + stored_.scales.nbytes();
+  return shard_numel_ * element_size_;
 }
 
 void GatheredGroup::keep_shard_in(StateStore* store, int index) {

@@ -12,6 +12,9 @@
 //   backward            each parameter's gradient goes into its group's bucket; a group whose gradients are all in
 //                       is released and, in descending group order, reduce-scattered into this rank's shard
 //   after_backward      reduce what is left, wait, release every non-persistent group
+// Frozen parameters (a LoRA fine-tune's base model) are partitioned too, in groups of their own beside their unit's
+// (frozen_layout_): gathered and released with it, except that in backward no gradient says when the unit is done
+// with them, so they go when every autograd node the unit's forward recorded has run (BackwardWatch).
 // Every demand (and boundary) is checked across ranks (OrderCheck: a demand the gather record predicted is compared
 // behind; any other demand, and each boundary, waits for the comparison), so ranks that diverge stop with an error
 // instead of pairing mismatched collectives.
@@ -21,14 +24,17 @@
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/offload/host_memory.h"
+#include "dscpp/zero/assemble_param.h"
+#include "dscpp/zero/backward_watch.h"
 #include "dscpp/zero/gather_order.h"
 #include "dscpp/zero/gathered_group.h"
+#include "dscpp/zero/group_placement.h"
 #include "dscpp/zero/in_flight.h"
 #include "dscpp/zero/order_check.h"
-#include "dscpp/zero/persistence.h"
 #include "dscpp/zero/returnable_memory.h"
 #include "dscpp/zero/sharded_master.h"
 #include "dscpp/zero/zero_stage.h"
@@ -36,42 +42,17 @@
 namespace dscpp {
 namespace {
 
-// Which group each parameter goes to, before the layout numbers them.
-struct Placement {
-  std::vector<int> kind_of_param;      // 0 persistent, 1 root, 2 + u for unit u
-  std::vector<std::string> kind_name;  // per kind, for errors and the log
-};
-
-Placement place(const PartitionedModel& model, const ZeroConfig& zero) {
-  std::unordered_map<const c10::TensorImpl*, int> unit_of;
-  for (size_t u = 0; u < model.units.size(); ++u) {
-    for (const auto& p : model.units[u].params) {
-      unit_of.emplace(p.unsafeGetTensorImpl(), static_cast<int>(u));  // the first unit that holds it owns it
-    }
-  }
-  Placement out;
-  out.kind_name = {"persistent parameters", "root parameters (outside every unit)"};
-  for (const auto& unit : model.units) out.kind_name.push_back(unit.name);
-  PersistenceRule persistent(zero.stage3_param_persistence_threshold, zero.stage3_model_persistence_threshold);
-  for (const auto& p : model.params) {
-    if (persistent.admit(p.numel())) {
-      out.kind_of_param.push_back(0);
-    } else if (auto it = unit_of.find(p.unsafeGetTensorImpl()); it != unit_of.end()) {
-      out.kind_of_param.push_back(2 + it->second);
-    } else {
-      out.kind_of_param.push_back(1);
-    }
-  }
-  return out;
-}
-
 class Stage3 final : public ZeroStage {
  public:
   Stage3(const StageContext& context, PartitionedModel model, const ZeroConfig& zero)
-      : ctx_(context), zero_(zero), placement_(place(model, zero)) {
+      : ctx_(context), zero_(zero), placement_(place_groups(model, zero)) {
     order_params(model);
-    layout_ = std::make_unique<FlatLayout>(describe_params(), ctx_.comm->world_size(),
+    layout_ = std::make_unique<FlatLayout>(layout_params(names_, params_, kinds_), ctx_.comm->world_size(),
                                            std::numeric_limits<int64_t>::max());
+    if (!frozen_.empty()) {
+      frozen_layout_ = std::make_unique<FlatLayout>(layout_params(frozen_names_, frozen_, frozen_kinds_),
+                                                    ctx_.comm->world_size(), std::numeric_limits<int64_t>::max());
+    }
     match_prepartitioned(model.prepartitioned);
     const auto& front = params_.front();
     dtype_ = front.scalar_type();
@@ -80,6 +61,8 @@ class Stage3 final : public ZeroStage {
     const auto partition_options = offload.offloaded() ? host_options(offload.pin_memory).dtype(front.scalar_type())
                                                        : front.options().requires_grad(false);
     partition_ = torch::empty({layout_->partition_numel()}, partition_options);
+    // Frozen shards stay in memory (host memory when offload_param offloads, also for nvme: nothing writes them).
+    if (frozen_layout_) frozen_partition_ = torch::empty({frozen_layout_->partition_numel()}, partition_options);
     // The gradient hooks before the groups: a parameter's AccumulateGrad node takes the parameter's shape when it is
     // made (and ours keeps it alive), and from build_groups on a parameter of a released group is 0-element.
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -88,6 +71,7 @@ class Stage3 final : public ZeroStage {
       hooks_.push_back(std::make_unique<compat::PostAccumulateGradHook>(params_[i], [this, i] { on_grad_ready(i); }));
     }
     build_groups(model.prepartitioned);
+    if (ctx_.quantized_nontrainable_weights) store_frozen_quantized();
     // The model's own parameter storage and any prepartitioned shards are gone, leaving holes in the heap.
     model.prepartitioned.clear();
     trim_heap();
@@ -98,6 +82,7 @@ class Stage3 final : public ZeroStage {
     check_ = std::make_unique<OrderCheck>(ctx_.comm, std::move(group_names));
     in_flight_ = std::make_unique<InFlight>(ctx_.overlap_comm ? kMaxCollectivesInFlight : 0);
     const size_t n_groups = groups_.size();
+    watch_ = std::make_unique<BackwardWatch>([this](int g) { on_unit_backward_done(g); }, static_cast<int>(n_groups));
     used_.assign(n_groups, false);
     pinned_.assign(n_groups, false);
     running_.assign(n_groups, 0);
@@ -135,17 +120,22 @@ class Stage3 final : public ZeroStage {
     if (group < 0) return;  // every parameter of this unit is persistent
     demand(group);
     ++running_[group];
+    unit_marks_.push_back(BackwardWatch::mark());
   }
 
   void leave_unit(int unit, const std::vector<torch::Tensor>& outputs) override {
     const int group = unit >= 0 && unit < static_cast<int>(units_.size()) ? unit_group_[unit] : -1;
     if (group < 0) return;
     if (running_[group] > 0) --running_[group];
+    const uint64_t mark = unit_marks_.empty() ? 0 : unit_marks_.back();
+    if (!unit_marks_.empty()) unit_marks_.pop_back();
     for (const auto& out : outputs) {
       if (!out.defined() || !out.requires_grad()) continue;
       // Fires when the gradient of the unit's output is complete, i.e. right before the unit's own backward.
       out.register_hook([this, group](const torch::Tensor&) { demand(group); });
     }
+    // The unit's frozen parameters are read by these nodes' backward, and by nothing else of it.
+    if (const int frozen = frozen_part(group); frozen >= 0) watch_->watch(frozen, outputs, mark);
     if (!pinned_[group]) release_unless_reused(group);
   }
 
@@ -154,14 +144,12 @@ class Stage3 final : public ZeroStage {
   // is only waited for, which each rank does by itself.
   void fetch_param(const torch::Tensor& param) override {
     if (!in_micro_step_) return;
-    auto it = param_slot_.find(param.unsafeGetTensorImpl());
-    if (it == param_slot_.end()) return;
-    const int g = layout_->slots()[it->second].group;
-    if (persistent(g) || running_[g] > 0) return;  // its own unit is running: gathered, released when it leaves
-    if (groups_[g].state() == GatheredGroup::State::kSharded) {
+    const int g = lead_of_param(param);
+    if (g < 0 || persistent(g) || running_[g] > 0) return;  // its own unit is running: gathered until it leaves
+    if (any_sharded(g)) {
       demand(g);
     } else {
-      groups_[g].wait_gathered(*ctx_.comm);
+      wait_lead(g);
       used_[g] = true;
     }
     pinned_[g] = true;
@@ -238,20 +226,53 @@ class Stage3 final : public ZeroStage {
     if (in_micro_step_) {
       throw std::logic_error("ZeRO-3: a parameter was gathered whole between a forward and its backward");
     }
-    auto it = param_slot_.find(param.unsafeGetTensorImpl());
-    if (it == param_slot_.end()) return param;  // not partitioned (frozen)
-    const int i = it->second;
-    return persistent(layout_->slots()[i].group) ? params_[i] : assemble(i);
+    if (auto it = param_slot_.find(param.unsafeGetTensorImpl()); it != param_slot_.end()) {
+      const int i = it->second;
+      return persistent(layout_->slots()[i].group) ? params_[i] : assemble(i);
+    }
+    if (auto it = frozen_slot_.find(param.unsafeGetTensorImpl()); it != frozen_slot_.end()) {
+      const int i = it->second;
+      const int g = trained_groups_ + frozen_layout_->slots()[i].group;
+      return persistent(g) ? frozen_[i] : assemble_frozen(i);
+    }
+    return param;  // not partitioned (an integer buffer-like parameter, one outside the model)
+  }
+
+  bool partitions_frozen(const torch::Tensor& param) const override {
+    return frozen_slot_.count(param.unsafeGetTensorImpl()) > 0;
+  }
+
+  // This rank's part of the value goes into its shard; a gathered group (the persistent one) sees it at once.
+  void write_frozen(const torch::Tensor& param, const torch::Tensor& value) override {
+    auto it = frozen_slot_.find(param.unsafeGetTensorImpl());
+    if (it == frozen_slot_.end()) return ZeroStage::write_frozen(param, value);
+    if (in_micro_step_) {
+      throw std::logic_error("ZeRO-3: a frozen parameter was written between a forward and its backward");
+    }
+    torch::NoGradGuard no_grad;
+    auto& gathered = groups_[trained_groups_ + frozen_layout_->slots()[it->second].group];
+    if (const auto mine = frozen_layout_->fragment_of(it->second, ctx_.comm->rank())) {
+      gathered.write_shard(offset_in_shard(*frozen_layout_, *mine),
+                           value.reshape({-1}).narrow(0, mine->param_begin, mine->numel));
+    }
+    gathered.drop_secondary();  // on every rank: hpZ's parts of it are other ranks' too
+    if (gathered.state() != GatheredGroup::State::kSharded) {
+      gathered.wait_gathered(*ctx_.comm);
+      param.copy_(value.reshape(param.sizes()));
+    }
   }
 
   StageMemory memory() const override {
     StageMemory m;
-    m.persistent = persistent_group_ >= 0 ? groups_[persistent_group_].bytes() : 0;
-    m.params16 = (partition_.defined() ? partition_.nbytes() : 0) + live_bytes(/*persistent_too=*/true);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (persistent(static_cast<int>(g))) m.persistent += groups_[g].bytes();
+    }
+    for (int g = trained_groups_; g < static_cast<int>(groups_.size()); ++g) m.frozen += groups_[g].shard_bytes();
+    m.params16 = (partition_.defined() ? partition_.nbytes() : 0) + m.frozen + live_bytes(/*persistent_too=*/true);
     m.grads16 = master_->shard_bytes();
     m.master = master_->params().is_same(partition_) ? 0 : master_->master_bytes();
     int64_t largest = 0;
-    for (const auto& g : groups_) largest = std::max(largest, g.bytes());
+    for (int g = 0; g < trained_groups_; ++g) largest = std::max(largest, groups_[g].bytes());  // buckets
     // Buckets being filled or reduced, and the boundary's fp32 gradient.
     m.buffers = master_->master_grad_bytes() + largest * static_cast<int64_t>(in_flight_->limit() + 2);
     m.gathered_peak = gathered_peak_;
@@ -275,17 +296,30 @@ class Stage3 final : public ZeroStage {
     std::vector<int64_t> sizes;
     for (const auto& g : layout_->groups()) sizes.push_back(g.shard_numel);
     param_store_ = ctx_.param_store(sizes, partition_);
-    for (size_t g = 0; g < groups_.size(); ++g) groups_[g].keep_shard_in(param_store_.get(), static_cast<int>(g));
+    for (int g = 0; g < trained_groups_; ++g) groups_[g].keep_shard_in(param_store_.get(), g);
     partition_ = torch::Tensor();
   }
 
-  // hpZ: the shards changed, so each block's next gather goes over every rank again.
+  // zero_quantized_nontrainable_weights: each frozen group's shard as int8 blocks (the persistent ones stay exact,
+  // in memory of their own), and the partition they were views of goes.
+  void store_frozen_quantized() {
+    for (int g = trained_groups_; g < static_cast<int>(groups_.size()); ++g) {
+      if (persistent(g)) {
+        groups_[g].own_shard();
+      } else {
+        groups_[g].store_quantized();
+      }
+    }
+    frozen_partition_ = torch::Tensor();
+  }
+
+  // hpZ: the shards changed, so each block's next gather goes over every rank again (the frozen ones did not).
   void drop_secondaries() {
-    for (auto& g : groups_) g.drop_secondary();
+    for (int g = 0; g < trained_groups_; ++g) groups_[g].drop_secondary();
   }
 
   void regather_persistent() {
-    if (persistent_group_ < 0) return;
+    if (persistent_group_ < 0 || is_frozen(persistent_group_)) return;
     auto& g = groups_[persistent_group_];
     g.release();
     g.wait_gathered(*ctx_.comm);
@@ -303,15 +337,15 @@ class Stage3 final : public ZeroStage {
       }
     }
     if (params_.empty()) throw std::invalid_argument("ZeRO-3: the model has no trainable parameters");
-    units_ = std::move(model.units);
-  }
-
-  std::vector<FlatLayout::Param> describe_params() const {
-    std::vector<FlatLayout::Param> out;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      out.push_back({names_[i], params_[i].sizes().vec(), i == 0 || kinds_[i] != kinds_[i - 1]});
+    for (size_t k = 0; k < kinds; ++k) {
+      for (size_t i = 0; i < model.frozen.size(); ++i) {
+        if (placement_.kind_of_frozen[i] != static_cast<int>(k)) continue;
+        frozen_.push_back(model.frozen[i]);
+        frozen_names_.push_back(model.frozen_names[i]);
+        frozen_kinds_.push_back(static_cast<int>(k));
+      }
     }
-    return out;
+    units_ = std::move(model.units);
   }
 
   // A unit built partitioned whose parameters are exactly the group this stage forms for them is adopted as it is:
@@ -321,6 +355,9 @@ class Stage3 final : public ZeroStage {
   void match_prepartitioned(const std::vector<PrepartitionedUnit>& prepartitioned) {
     std::unordered_map<const c10::TensorImpl*, size_t> index_of;
     for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].unsafeGetTensorImpl(), i);
+    std::unordered_set<const c10::TensorImpl*> partitioned;  // trainable and frozen
+    for (const auto& p : params_) partitioned.insert(p.unsafeGetTensorImpl());
+    for (const auto& p : frozen_) partitioned.insert(p.unsafeGetTensorImpl());
     prepartitioned_of_kind_.assign(placement_.kind_name.size(), -1);
     regrouped_left_.assign(prepartitioned.size(), 0);
     for (size_t k = 0; k < prepartitioned.size(); ++k) {
@@ -341,9 +378,10 @@ class Stage3 final : public ZeroStage {
           }
         }
       }
-      // Parameters no longer in the model (reassigned away) are left as they are: nothing reaches them.
+      // A unit holding frozen parameters is regrouped (its frozen ones have a group of their own). Parameters no
+      // longer in the model (reassigned away) are left as they are: nothing reaches them.
       for (const auto* p : built) {
-        if (!index_of.count(p)) continue;
+        if (!partitioned.count(p)) continue;
         regrouped_of_.emplace(p, static_cast<int>(k));
         ++regrouped_left_[k];
       }
@@ -355,18 +393,29 @@ class Stage3 final : public ZeroStage {
     return ctx_.quantized_weights && kind != 0 ? GatherWire::kInt8 : GatherWire::kExact;
   }
 
+  // The parameters and layout group `g` of groups_ is made of: layout_'s for the first trained_groups_, then
+  // frozen_layout_'s.
+  bool is_frozen(int g) const { return g >= trained_groups_; }
+  const FlatLayout& layout_of(int g) const { return is_frozen(g) ? *frozen_layout_ : *layout_; }
+  const ParamGroup& layout_group(int g) const {
+    return layout_of(g).groups()[static_cast<size_t>(is_frozen(g) ? g - trained_groups_ : g)];
+  }
+  const std::vector<torch::Tensor>& params_of(int g) const { return is_frozen(g) ? frozen_ : params_; }
+
   // Before a group is built whole: the regrouped units that hold its parameters are gathered (collective; every
   // rank builds the groups in the same order). After: a unit whose parameters have all moved into groups gives its
   // buffer's memory back.
-  void gather_regrouped(const ParamGroup& group, std::vector<PrepartitionedUnit>& prepartitioned) {
+  void gather_regrouped(int g, std::vector<PrepartitionedUnit>& prepartitioned) {
+    const auto& group = layout_group(g);
     for (int i = group.param_begin; i < group.param_end; ++i) {
-      auto it = regrouped_of_.find(params_[i].unsafeGetTensorImpl());
+      auto it = regrouped_of_.find(params_of(g)[i].unsafeGetTensorImpl());
       if (it != regrouped_of_.end()) gather_whole(prepartitioned[it->second], *ctx_.comm);
     }
   }
-  void release_regrouped(const ParamGroup& group, std::vector<PrepartitionedUnit>& prepartitioned) {
+  void release_regrouped(int g, std::vector<PrepartitionedUnit>& prepartitioned) {
+    const auto& group = layout_group(g);
     for (int i = group.param_begin; i < group.param_end; ++i) {
-      auto it = regrouped_of_.find(params_[i].unsafeGetTensorImpl());
+      auto it = regrouped_of_.find(params_of(g)[i].unsafeGetTensorImpl());
       if (it != regrouped_of_.end() && --regrouped_left_[it->second] == 0) {
         compat::release_storage(prepartitioned[it->second].buffer);
       }
@@ -376,15 +425,62 @@ class Stage3 final : public ZeroStage {
   // Per group: a buffer filled with rank 0's values, this rank's shard copied out of it, the parameters re-pointed
   // into it, and the buffer released unless persistent. At most one group's buffer exists beyond the model's own
   // parameters, whose storage goes as each is re-pointed. A unit built partitioned brings its released buffer and
-  // its shard, which is moved into the partition.
+  // its shard, which is moved into the partition. Kind by kind, each kind's trained group then its frozen one, so
+  // that a regrouped unit is whole only while its own parameters' groups are built.
   void build_groups(std::vector<PrepartitionedUnit>& prepartitioned) {
     torch::NoGradGuard no_grad;
+    trained_groups_ = static_cast<int>(layout_->groups().size());
+    const int total = trained_groups_ + (frozen_layout_ ? static_cast<int>(frozen_layout_->groups().size()) : 0);
+    auto kind_of_group = [&](int g) {
+      return is_frozen(g) ? frozen_kinds_[layout_group(g).param_begin] : kinds_[layout_group(g).param_begin];
+    };
+    std::vector<int> order(static_cast<size_t>(total));
+    for (int g = 0; g < total; ++g) order[g] = g;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return kind_of_group(a) < kind_of_group(b); });
+    std::map<int, GatheredGroup> built;
+    for (int g : order) built.emplace(g, build_group(g, kind_of_group(g), prepartitioned));
+    for (auto& [g, group] : built) groups_.push_back(std::move(group));
+
+    // Each kind's lead: its trained group, or its frozen one when it has none; a lead carries its kind's frozen
+    // group as its partner. Demands, the gather record and the order check speak of leads.
+    std::vector<int> lead_of_kind(placement_.kind_name.size(), -1);
+    partner_.assign(static_cast<size_t>(total), -1);
+    lead_of_.assign(static_cast<size_t>(total), -1);
+    kind_of_group_.assign(static_cast<size_t>(total), -1);
+    for (int g = 0; g < total; ++g) {
+      const int kind = kind_of_group(g);
+      kind_of_group_[g] = kind;
+      int& lead = lead_of_kind[kind];
+      if (lead < 0) {
+        lead = g;
+      } else {
+        partner_[lead] = g;  // trained groups come first: the lead is the trained one
+      }
+      lead_of_[g] = lead;
+    }
+    if (lead_of_kind[0] >= 0) persistent_group_ = lead_of_kind[0];
+    if (lead_of_kind.size() > 1 && lead_of_kind[1] >= 0) root_group_ = lead_of_kind[1];
+    for (int g = 0; g < total; ++g) {
+      const int partner = partner_[g];
+      group_numel_.push_back(groups_[g].numel() + (partner >= 0 ? groups_[partner].numel() : 0));
+    }
+    for (size_t i = 0; i < frozen_.size(); ++i) {
+      frozen_slot_.emplace(frozen_[i].unsafeGetTensorImpl(), static_cast<int>(i));
+    }
+    // Units map to their lead; a unit whose parameters are all persistent (or that has none) maps to -1.
+    unit_group_.assign(units_.size(), -1);
+    for (size_t u = 0; u < units_.size(); ++u) unit_group_[u] = lead_of_kind[2 + u];
+  }
+
+  GatheredGroup build_group(int g, int kind, std::vector<PrepartitionedUnit>& prepartitioned) {
     const int rank = ctx_.comm->rank();
-    const auto& groups = layout_->groups();
-    groups_.reserve(groups.size());
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& group = groups[g];
-      const int kind = kinds_[group.param_begin];
+    const auto& layout = layout_of(g);
+    const auto& group = layout_group(g);
+    const auto& params = params_of(g);
+    const std::string name = placement_.kind_name[kind] + (is_frozen(g) ? " (frozen)" : "");
+    // qwZ covers the frozen groups too, as DeepSpeed's quantized gathers cover every parameter.
+    const GatherWire wire = wire_for(kind);
+    if (!is_frozen(g)) {
       if (const int k = prepartitioned_of_kind_[kind]; k >= 0) {
         auto& pre = prepartitioned[k];
         auto shard = partition_.narrow(0, group.partition_offset, group.shard_numel);
@@ -395,79 +491,105 @@ class Stage3 final : public ZeroStage {
         }
         shard.copy_(pre.shard);
         pre.shard = torch::Tensor();
-        groups_.emplace_back(placement_.kind_name[kind], pre.buffer, shard, GatheredGroup::State::kSharded,
-                             wire_for(kind));
-        groups_.back().hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned)
-        if (ctx_.hpz_comm && kind != 0) groups_.back().keep_secondary_over(ctx_.hpz_comm);
-        if (kind == 1) root_group_ = static_cast<int>(g);
-        group_numel_.push_back(group.numel);
-        continue;
-      }
-      gather_regrouped(group, prepartitioned);
-      auto buffer = returnable_zeros(group.numel, device_options());
-      for (int i = group.param_begin; i < group.param_end; ++i) {
-        const auto& slot = layout_->slots()[i];
-        buffer.narrow(0, slot.offset - group.offset, slot.numel).copy_(params_[i].detach().reshape(-1));
-      }
-      ctx_.comm->broadcast(buffer, 0).wait();
-      auto shard = partition_.narrow(0, group.partition_offset, group.shard_numel);
-      shard.copy_(buffer.narrow(0, rank * group.shard_numel, group.shard_numel));
-      std::vector<torch::Tensor> params, views;
-      for (int i = group.param_begin; i < group.param_end; ++i) {
-        const auto& slot = layout_->slots()[i];
-        params.push_back(params_[i]);
-        views.push_back(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
-      }
-      groups_.emplace_back(placement_.kind_name[kind], buffer, shard, GatheredGroup::State::kGathered, wire_for(kind));
-      groups_.back().hold(std::move(params), std::move(views));  // the parameters become views of the buffer
-      if (ctx_.hpz_comm && kind != 0) groups_.back().keep_secondary_over(ctx_.hpz_comm);
-      release_regrouped(group, prepartitioned);
-      if (kind == 0) {
-        persistent_group_ = static_cast<int>(g);
-      } else {
-        groups_.back().release();
-        if (kind == 1) root_group_ = static_cast<int>(g);
-      }
-      group_numel_.push_back(group.numel);
-    }
-    // Units map to their group; a unit whose parameters are all persistent (or that has none) maps to -1.
-    unit_group_.assign(units_.size(), -1);
-    for (size_t u = 0; u < units_.size(); ++u) {
-      for (size_t g = 0; g < groups.size(); ++g) {
-        if (kinds_[groups[g].param_begin] == static_cast<int>(2 + u)) unit_group_[u] = static_cast<int>(g);
+        GatheredGroup out(name, pre.buffer, shard, GatheredGroup::State::kSharded, wire);
+        out.hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned)
+        if (ctx_.hpz_comm && kind != 0) out.keep_secondary_over(ctx_.hpz_comm);
+        return out;
       }
     }
+    gather_regrouped(g, prepartitioned);
+    auto buffer = returnable_zeros(group.numel, device_options());
+    for (int i = group.param_begin; i < group.param_end; ++i) {
+      const auto& slot = layout.slots()[i];
+      buffer.narrow(0, slot.offset - group.offset, slot.numel).copy_(params[i].detach().reshape(-1));
+    }
+    ctx_.comm->broadcast(buffer, 0).wait();
+    auto shard = (is_frozen(g) ? frozen_partition_ : partition_).narrow(0, group.partition_offset, group.shard_numel);
+    shard.copy_(buffer.narrow(0, rank * group.shard_numel, group.shard_numel));
+    std::vector<torch::Tensor> held, views;
+    for (int i = group.param_begin; i < group.param_end; ++i) {
+      const auto& slot = layout.slots()[i];
+      held.push_back(params[i]);
+      views.push_back(buffer.narrow(0, slot.offset - group.offset, slot.numel).view(slot.shape));
+    }
+    GatheredGroup out(name, buffer, shard, GatheredGroup::State::kGathered, wire);
+    out.hold(std::move(held), std::move(views));  // the parameters become views of the buffer
+    if (ctx_.hpz_comm && kind != 0) out.keep_secondary_over(ctx_.hpz_comm);
+    release_regrouped(g, prepartitioned);
+    if (kind != 0) out.release();
+    return out;
   }
 
-  // Parameter i, whole: each rank fills the part of it its shard holds and leaves zeros elsewhere, and the ranks
-  // sum the raw bytes. Exactly one rank holds each byte, so the sum is that byte: bit-exact in any dtype.
+  // Parameter i of the trainable layout, whole (collective).
   torch::Tensor assemble(int i) {
-    torch::NoGradGuard no_grad;
-    const auto& slot = layout_->slots()[i];
-    const auto& group = layout_->groups()[slot.group];
-    auto value = torch::zeros({slot.numel}, device_options());
-    const int64_t begin = slot.offset - group.offset, end = begin + slot.numel;  // within the group
-    const int64_t shard_begin = ctx_.comm->rank() * group.shard_numel, shard_end = shard_begin + group.shard_numel;
-    const int64_t lo = std::max(begin, shard_begin), hi = std::min(end, shard_end);
-    if (lo < hi) {
-      auto mine = value.narrow(0, lo - begin, hi - lo);
-      const int64_t at = group.partition_offset + (lo - shard_begin);
-      if (param_store_) {
-        param_store_->read(0, at, mine);
-      } else {
-        mine.copy_(partition_.narrow(0, at, hi - lo));
-      }
-    }
-    auto bytes = value.view(torch::kByte);
-    ctx_.comm->all_reduce(bytes, ReduceOp::kSum).wait();
-    return value.view(slot.shape);
+    return assemble_param(*layout_, i, *ctx_.comm, device_options(), [&](const ShardFragment& f, torch::Tensor out) {
+      const int64_t at = layout_->partition_offset(f, ctx_.comm->rank());
+      if (param_store_) return param_store_->read(0, at, out);
+      out.copy_(partition_.narrow(0, at, f.numel));
+    });
+  }
+  // The same for frozen parameter i, from its group's shard (which may be stored quantized).
+  torch::Tensor assemble_frozen(int i) {
+    return assemble_param(*frozen_layout_, i, *ctx_.comm, device_options(),
+                          [&](const ShardFragment& f, torch::Tensor out) {
+                            const int g = trained_groups_ + frozen_layout_->slots()[f.slot].group;
+                            groups_[g].read_shard(offset_in_shard(*frozen_layout_, f), out);
+                          });
+  }
+  int64_t offset_in_shard(const FlatLayout& layout, const ShardFragment& f) const {
+    const int group = layout.slots()[f.slot].group;
+    return layout.partition_offset(f, ctx_.comm->rank()) - layout.groups()[group].partition_offset;
   }
 
   std::string group_name(int64_t g) const {
     return g >= 0 && g < static_cast<int64_t>(groups_.size()) ? groups_[g].name() : "group " + std::to_string(g);
   }
 
-  bool persistent(int g) const { return g == persistent_group_; }
+  bool persistent(int g) const { return kind_of_group_[g] == 0; }
+
+  // A lead group and its frozen partner gather together; they release together too, except in backward, where
+  // the trained part goes when its gradients are in and the frozen part when its unit's nodes have run.
+  int frozen_part(int lead) const { return is_frozen(lead) ? lead : partner_[lead]; }
+  bool any_sharded(int lead) const {
+    const int partner = partner_[lead];
+    return groups_[lead].state() == GatheredGroup::State::kSharded ||
+           (partner >= 0 && groups_[partner].state() == GatheredGroup::State::kSharded);
+  }
+  bool all_gathered(int lead) const {
+    const int partner = partner_[lead];
+    return groups_[lead].state() == GatheredGroup::State::kGathered &&
+           (partner < 0 || groups_[partner].state() == GatheredGroup::State::kGathered);
+  }
+  void start_lead(int lead) {
+    groups_[lead].start_gather(*ctx_.comm);
+    if (const int partner = partner_[lead]; partner >= 0) groups_[partner].start_gather(*ctx_.comm);
+  }
+  void wait_lead(int lead) {
+    start_lead(lead);
+    groups_[lead].wait_gathered(*ctx_.comm);
+    if (const int partner = partner_[lead]; partner >= 0) groups_[partner].wait_gathered(*ctx_.comm);
+  }
+  void release_lead(int lead) {
+    groups_[lead].release();
+    if (const int partner = partner_[lead]; partner >= 0) groups_[partner].release();
+  }
+  // The lead group of a partitioned parameter (trainable or frozen), or -1.
+  int lead_of_param(const torch::Tensor& param) const {
+    if (auto it = param_slot_.find(param.unsafeGetTensorImpl()); it != param_slot_.end()) {
+      return lead_of_[layout_->slots()[it->second].group];
+    }
+    if (auto it = frozen_slot_.find(param.unsafeGetTensorImpl()); it != frozen_slot_.end()) {
+      return lead_of_[trained_groups_ + frozen_layout_->slots()[it->second].group];
+    }
+    return -1;
+  }
+
+  // Every autograd node a forward of frozen group g's unit recorded has run: its backward is done with them.
+  // Called from autograd's thread. A group fetched outside its unit waits for the end of backward.
+  void on_unit_backward_done(int g) {
+    if (!in_backward_ || persistent(g) || pinned_[lead_of_[g]] || running_[lead_of_[g]] > 0) return;
+    groups_[g].release();
+  }
 
   int64_t live_bytes(bool persistent_too) const {
     int64_t total = 0;
@@ -491,14 +613,16 @@ class Stage3 final : public ZeroStage {
     in_micro_step_ = true;
     demands_ = 0;
     order_.begin_micro_step();
-    const auto& groups = layout_->groups();
-    for (size_t g = 0; g < groups.size(); ++g) {
+    watch_->begin_micro_step();
+    unit_marks_.clear();
+    for (size_t g = 0; g < groups_.size(); ++g) {
       used_[g] = persistent(static_cast<int>(g));
       pinned_[g] = false;
       running_[g] = 0;
-      remaining_[g] = groups[g].param_end - groups[g].param_begin;
+      const auto& group = layout_group(static_cast<int>(g));
+      remaining_[g] = is_frozen(static_cast<int>(g)) ? 0 : group.param_end - group.param_begin;  // gradients
     }
-    next_launch_ = static_cast<int>(groups.size()) - 1;
+    next_launch_ = trained_groups_ - 1;
     buckets_.clear();
   }
 
@@ -516,10 +640,10 @@ class Stage3 final : public ZeroStage {
       check_->expect_same(point);
     }
     used_[g] = true;
-    if (groups_[g].state() != GatheredGroup::State::kGathered) {
-      if (groups_[g].state() == GatheredGroup::State::kSharded) ++timers_.gathers;
+    if (!all_gathered(g)) {
+      if (any_sharded(g)) ++timers_.gathers;
       const auto start = std::chrono::steady_clock::now();
-      groups_[g].wait_gathered(*ctx_.comm);
+      wait_lead(g);
       timers_.gather_wait_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     gathered_peak_ = std::max(gathered_peak_, live_bytes(/*persistent_too=*/false));
@@ -533,7 +657,7 @@ class Stage3 final : public ZeroStage {
   void read_ahead() {
     int hinted = 0;
     for (int g : order_.upcoming()) {
-      if (persistent(g) || groups_[g].state() != GatheredGroup::State::kSharded) continue;
+      if (persistent(g) || is_frozen(g) || groups_[g].state() != GatheredGroup::State::kSharded) continue;
       if (hinted++ == kParamReadAhead) break;
       param_store_->prefetch(g);
     }
@@ -545,18 +669,18 @@ class Stage3 final : public ZeroStage {
     int64_t ahead = 0;
     int64_t live = live_numel();
     for (int g : order_.upcoming()) {
-      auto& group = groups_[g];
-      if (persistent(g) || group.state() == GatheredGroup::State::kGathered) continue;
-      if (group.state() == GatheredGroup::State::kGathering) {
-        ahead += group.numel();
+      const int64_t numel = group_numel_[g];  // with its frozen partner
+      if (persistent(g) || all_gathered(g)) continue;
+      if (!any_sharded(g)) {
+        ahead += numel;
         continue;
       }
-      if (ahead + group.numel() > zero_.stage3_prefetch_bucket_size) break;
-      if (live + group.numel() > zero_.stage3_max_live_parameters) break;
-      group.start_gather(*ctx_.comm);
+      if (ahead + numel > zero_.stage3_prefetch_bucket_size) break;
+      if (live + numel > zero_.stage3_max_live_parameters) break;
+      start_lead(g);
       ++timers_.gathers;
-      ahead += group.numel();
-      live += group.numel();
+      ahead += numel;
+      live += numel;
     }
     if (param_store_) read_ahead();
   }
@@ -567,7 +691,7 @@ class Stage3 final : public ZeroStage {
     const auto distance = order_.reuse_distance(g, group_numel_);
     const bool keep = distance && *distance <= zero_.stage3_max_reuse_distance &&
                       live_numel() <= zero_.stage3_max_live_parameters;
-    if (!keep) groups_[g].release();
+    if (!keep) release_lead(g);
   }
 
   void release_all() {
@@ -578,7 +702,7 @@ class Stage3 final : public ZeroStage {
 
   torch::Tensor& bucket(int g) {
     auto it = buckets_.find(g);
-    if (it == buckets_.end()) it = buckets_.emplace(g, returnable_zeros(group_numel_[g], device_options())).first;
+    if (it == buckets_.end()) it = buckets_.emplace(g, returnable_zeros(groups_[g].numel(), device_options())).first;
     return it->second;
   }
 
@@ -592,7 +716,8 @@ class Stage3 final : public ZeroStage {
     const auto& group = layout_->groups()[slot.group];
     bucket(slot.group).narrow(0, slot.offset - group.offset, slot.numel).copy_(param.grad().reshape(-1));
     param.mutable_grad() = torch::Tensor();
-    // All of the group's gradients are in, so its backward no longer needs the gathered values.
+    // All of the group's gradients are in, so its backward no longer needs the gathered values (its frozen partner
+    // goes when its unit's nodes have run: on_unit_backward_done).
     if (--remaining_[slot.group] == 0 && !persistent(slot.group)) groups_[slot.group].release();
     launch_ready(/*all=*/false);
   }
@@ -614,7 +739,7 @@ class Stage3 final : public ZeroStage {
 
   StageContext ctx_;
   ZeroConfig zero_;  // the stage3_* limits
-  Placement placement_;
+  GroupPlacement placement_;
   std::vector<torch::Tensor> params_;  // in layout order
   std::vector<std::string> names_;
   std::vector<int> kinds_;
@@ -623,6 +748,19 @@ class Stage3 final : public ZeroStage {
   std::vector<int> regrouped_left_;  // per prepartitioned unit: its parameters not yet in a built group
   std::vector<GatherUnit> units_;
   std::unique_ptr<FlatLayout> layout_;
+  // The frozen parameters, in their layout's order, and this rank's shards of them.
+  std::vector<torch::Tensor> frozen_;
+  std::vector<std::string> frozen_names_;
+  std::vector<int> frozen_kinds_;
+  std::unique_ptr<FlatLayout> frozen_layout_;  // null without frozen parameters
+  torch::Tensor frozen_partition_;
+  std::unordered_map<const c10::TensorImpl*, int> frozen_slot_;  // each frozen parameter's slot in frozen_layout_
+  int trained_groups_ = 0;         // groups_[0, trained_groups_) are layout_'s groups, the rest frozen_layout_'s
+  std::vector<int> partner_;       // per group: the frozen group of the same kind when it leads one, else -1
+  std::vector<int> lead_of_;       // per group: the lead of its kind (itself, or the trained group it partners)
+  std::vector<int> kind_of_group_;
+  std::unique_ptr<BackwardWatch> watch_;  // when a unit's backward is done with its frozen parameters
+  std::vector<uint64_t> unit_marks_;      // per unit running: BackwardWatch::mark() at its entry
   torch::Tensor partition_;  // (partition_numel) compute dtype: this rank's shard of every group; none on NVMe
   std::unique_ptr<StateStore> param_store_;  // offload_param nvme: the partition, one sub-group per group shard
   torch::ScalarType dtype_;  // the compute dtype, and where the model computes

@@ -17,10 +17,7 @@ std::vector<ShardFragment> ZeroStage::master_fragments(int rank) const {
 }
 
 int64_t ZeroStage::master_offset(const ShardFragment& fragment, int rank) const {
-  if (master_is_whole()) return fragment.flat_offset;
-  const auto& flat = layout();
-  const int group = flat.slots()[fragment.slot].group;
-  return flat.groups()[group].partition_offset + (fragment.flat_offset - flat.shard_offset(group, rank));
+  return master_is_whole() ? fragment.flat_offset : layout().partition_offset(fragment, rank);
 }
 
 // A rank's share is its shard of every group whatever the stage (stage 0 holds the whole gradient but counts only

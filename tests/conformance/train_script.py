@@ -23,7 +23,7 @@ p.add_argument("--impl", choices=["deepspeed", "dscpp"], required=True)
 p.add_argument("--config", required=True)
 p.add_argument("--steps", type=int, default=12)
 p.add_argument("--client_optimizer", choices=["adamw", "sgd"], default=None)
-p.add_argument("--model", choices=["mlp", "batchnorm", "moe"], default="mlp")
+p.add_argument("--model", choices=["mlp", "batchnorm", "moe", "lora"], default="mlp")
 p.add_argument("--eval", action="store_true", help="an evaluation loss after each step, in eval mode")
 p.add_argument("--save_dir", default=None)
 p.add_argument("--save_at", type=int, default=0, help="save_checkpoint after this step (with client state)")
@@ -48,6 +48,40 @@ else:
 
 RANK = int(os.environ.get("RANK", "0"))
 deepspeed.init_distributed(dist_backend="gloo")  # before the model: an MoE layer forms its expert groups
+
+
+class LoraLinear(torch.nn.Module):
+    """PEFT's LoRA layer, in its shape: a frozen base_layer, and lora_A / lora_B beside it (modules of their own, so
+    ZeRO-3 units of their own: the base is a unit with nothing to train, as under PEFT)."""
+
+    def __init__(self, width_in, width_out, rank=4):
+        super().__init__()
+        self.base_layer = torch.nn.Linear(width_in, width_out)
+        self.base_layer.requires_grad_(False)
+        self.lora_A = torch.nn.Linear(width_in, rank, bias=False)
+        self.lora_B = torch.nn.Linear(rank, width_out, bias=False)
+        torch.nn.init.normal_(self.lora_B.weight, std=0.1)  # PEFT starts B at zero; nonzero makes A train at once
+
+    def forward(self, x):
+        return self.base_layer(x) + self.lora_B(self.lora_A(x)) * 2.0
+
+
+class LoraNet(torch.nn.Module):
+    """A LoRA fine-tune of a small MLP: adapted layers, a frozen one between them, a trainable head."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = LoraLinear(16, 32)
+        self.mid = torch.nn.Linear(32, 32)
+        self.mid.requires_grad_(False)
+        self.fc2 = LoraLinear(32, 32)
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x, y):
+        h = torch.tanh(self.fc1(x))
+        h = torch.tanh(self.mid(h))
+        h = torch.tanh(self.fc2(h))
+        return torch.nn.functional.mse_loss(self.head(h), y)
 
 
 class Net(torch.nn.Module):
@@ -82,7 +116,7 @@ class Net(torch.nn.Module):
 
 
 torch.manual_seed(0)
-model = Net(args.model)
+model = LoraNet() if args.model == "lora" else Net(args.model)
 if args.freeze:
     model.get_parameter(args.freeze).requires_grad_(False)
 with open(args.config) as f:

@@ -193,8 +193,13 @@ def test_load_options_as_deepspeeds(tmp_path, stage):
 def test_buffers_and_frozen_parameters_travel_with_the_checkpoint(tmp_path, stage):
     """resnet18's BatchNorm running statistics and a frozen layer are in the checkpoint (rank 0's, as DeepSpeed's
     module state): a fresh engine of another seed loads them; exclude_frozen_parameters leaves the frozen layer's
-    own values; save_latest=False leaves `latest` naming the tag it named."""
+    own values; save_latest=False leaves `latest` naming the tag it named. Under ZeRO-3 the frozen layer is
+    partitioned too (as DeepSpeed's), so it is read whole through GatheredParameters."""
     from models import global_batches
+
+    def conv1(model):
+        with dscpp.zero.GatheredParameters([model.net.conv1.weight]):
+            return model.net.conv1.weight.detach().clone()
 
     def build(seed):
         model = make_model("resnet", seed=seed)
@@ -209,18 +214,22 @@ def test_buffers_and_frozen_parameters_travel_with_the_checkpoint(tmp_path, stag
     saved.save_checkpoint(str(tmp_path), tag="trained_only", exclude_frozen_parameters=True, save_latest=False)
     assert (tmp_path / "latest").read_text().strip() == "all"
     buffers = {n: b.clone() for n, b in saved_model.named_buffers()}
-    frozen = saved_model.net.conv1.weight.detach().clone()
+    frozen = conv1(saved_model)
+    assert frozen.shape == (64, 3, 7, 7)
+    if stage == 3:  # partitioned: no elements between uses, its whole shape on record
+        assert saved_model.net.conv1.weight.numel() == 0
+        assert saved_model.net.conv1.weight.ds_shape == (64, 3, 7, 7)
     assert buffers["net.bn1.num_batches_tracked"].item() == 2
 
     model, engine = build(5)
-    assert not torch.equal(model.net.conv1.weight, frozen)
-    own_frozen = model.net.conv1.weight.detach().clone()
+    assert not torch.equal(conv1(model), frozen)
+    own_frozen = conv1(model)
     engine.load_checkpoint(str(tmp_path), tag="trained_only")
-    assert torch.equal(model.net.conv1.weight, own_frozen)
+    assert torch.equal(conv1(model), own_frozen)
     engine.load_checkpoint(str(tmp_path))
     for name, b in model.named_buffers():
         assert torch.equal(b, buffers[name]), name
-    assert torch.equal(model.net.conv1.weight, frozen)
+    assert torch.equal(conv1(model), frozen)
 
 
 def test_buffers_saved_in_bf16_load_into_an_fp32_run(tmp_path):

@@ -2,6 +2,11 @@
 rank's changes into every rank's shards; ranks that diverge stop with where each one was."""
 import json
 
+import pytest
+import torch
+import torch.utils.checkpoint
+
+import dscpp
 from conftest import run_ranks
 
 
@@ -40,3 +45,64 @@ def test_ranks_that_take_different_branches_stop_with_where_each_was(tmp_path):
         # Rank 1 went on to `out` (whose weight the forward reads outside its module) where rank 0 ran `branch`.
         assert "rank 0: demand #3 of micro-step 2 (branch)" in seen["message"], (rank, seen)
         assert "rank 1: demand #3 of micro-step 2 (out)" in seen["message"], (rank, seen)
+
+
+class _LoraLayer(torch.nn.Module):
+    """PEFT's LoRA layer shape: a frozen base_layer beside lora_A / lora_B (three ZeRO-3 units)."""
+
+    def __init__(self):
+        super().__init__()
+        self.base_layer = torch.nn.Linear(16, 16)
+        self.base_layer.requires_grad_(False)
+        self.lora_A = torch.nn.Linear(16, 2, bias=False)
+        self.lora_B = torch.nn.Linear(2, 16, bias=False)
+
+    def forward(self, x):
+        return torch.tanh(self.base_layer(x) + self.lora_B(self.lora_A(x)))
+
+
+class _LoraNet(torch.nn.Module):
+    def __init__(self, checkpointing):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([_LoraLayer() for _ in range(3)])
+        self.head = torch.nn.Linear(16, 1)
+        self.checkpointing = checkpointing
+
+    def forward(self, x):
+        for layer in self.layers:
+            if self.checkpointing is None:
+                x = layer(x)
+            else:
+                x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=self.checkpointing == "reentrant")
+        return self.head(x).pow(2).mean()
+
+
+def _train_lora(checkpointing):
+    """3 steps of _LoraNet at ZeRO-3 on one process: the losses and the engine's memory report."""
+    torch.manual_seed(0)
+    model = _LoraNet(checkpointing)
+    config = {"train_batch_size": 4, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+              "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+                                    "stage3_prefetch_bucket_size": 0, "stage3_max_reuse_distance": 0}}
+    engine, *_ = dscpp.initialize(model=model, model_parameters=model.parameters(), config=config)
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    losses = []
+    for _ in range(3):
+        loss = engine(x)
+        engine.backward(loss)
+        engine.step()
+        losses.append(float(loss))
+    return losses, engine.memory()
+
+
+@pytest.mark.parametrize("checkpointing", [None, "reentrant", "non_reentrant"])
+def test_frozen_bases_are_released_in_backward_under_torch_checkpoint(checkpointing):
+    # A LoRA fine-tune at ZeRO-3 with the Hugging Face way of activation checkpointing: each frozen base is gathered
+    # for its layer's forward and backward only. Non-reentrant checkpointing records a graph while it recomputes that
+    # never runs: its nodes count as done when they go, or every base would stay gathered to the end of backward.
+    layer_bytes = (16 * 16 + 16) * 4
+    losses, memory = _train_lora(checkpointing)
+    assert memory["frozen"] == 3 * layer_bytes, memory
+    assert memory["gathered_peak"] <= layer_bytes + 64 * 4, memory  # one base (and the small adapters) at a time
+    if checkpointing is not None:
+        assert losses == _train_lora(None)[0]  # the same training as without checkpointing

@@ -24,6 +24,10 @@ def storage_bytes(module):
 def main():
     out = sys.argv[1]
     model = make_model("gpt")
+    if len(sys.argv) > 2 and sys.argv[2] == "lora":  # everything frozen but the layer norms, as a LoRA base is
+        for name, p in model.named_parameters():
+            p.requires_grad_(".ln" in name or name.startswith("ln"))
+    frozen = sum(p.numel() * p.element_size() for p in model.parameters() if not p.requires_grad)
     whole = sum(p.numel() * p.element_size() for p in model.parameters())
     largest_unit = max(sum(p.numel() * p.element_size() for p in m._parameters.values() if p is not None)
                        for m in model.modules())
@@ -42,7 +46,8 @@ def main():
             "norm": float(sum(p.norm() for p in model.parameters())),
             "head_weight_shape": list(model.head.weight.shape)}
     report = {"whole": whole, "held": storage_bytes(model), "engine_params": engine.memory()["params"],
-              "gathered_peak": engine.memory()["gathered_peak"], "largest_unit": largest_unit, "read": read}
+              "gathered_peak": engine.memory()["gathered_peak"], "largest_unit": largest_unit, "read": read,
+              "frozen": frozen, "engine_frozen": engine.memory()["frozen"]}
     with open(f"{out}.{rank}", "w") as f:
         json.dump(report, f)
 

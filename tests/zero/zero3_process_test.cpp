@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "../common/multiprocess.h"
+#include "../common/seeded_rows.h"
 #include "../common/test_device.h"
 #include "dscpp/engine/engine.h"
 
@@ -37,17 +38,8 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-// Rows [first, first + count) of the global batch (the same batch every step, so the loss must fall): the same
-// on every rank and world size.
-std::pair<torch::Tensor, torch::Tensor> rows(int64_t first, int64_t count) {
-  std::vector<torch::Tensor> xs;
-  for (int64_t i = first; i < first + count; ++i) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(i + 1));
-    xs.push_back(torch::randn({kWidth}, gen));
-  }
-  auto x = torch::stack(xs);
-  return {x, x.narrow(1, 0, 4).sum(1, true).sin()};
-}
+// Rows [first, first + count) of the global batch (the same batch every step, so the loss must fall).
+std::pair<torch::Tensor, torch::Tensor> rows(int64_t first, int64_t count) { return seeded_rows(first, count, kWidth); }
 
 // Scenarios: "train" (block 1 skipped on every third step; prints each step's loss), "diverge" (rank 1 skips
 // block 1 on step 2 while rank 0 runs it), "fewer" (rank 1 skips its second micro-batch of step 2).

@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "dscpp/comm/block_quantizer.h"
 #include "dscpp/comm/comm.h"
 
 namespace dscpp {
@@ -15,5 +16,8 @@ namespace dscpp {
 // sender and dequantized here. Collective over `comm`; the returned handle's wait() finishes the dequantization.
 // std::invalid_argument for an output of another size.
 Handle quantized_all_gather(Comm& comm, torch::Tensor& output, const torch::Tensor& shard);
+// The same from a shard already quantized (8 bits, quantize_blocks) of `shard_numel` elements: what ZeRO++'s
+// zero_quantized_nontrainable_weights keeps instead of the frozen parameters' shards.
+Handle quantized_all_gather(Comm& comm, torch::Tensor& output, const QuantizedBlocks& shard, int64_t shard_numel);
 
 }  // namespace dscpp

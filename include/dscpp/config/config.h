@@ -63,6 +63,8 @@ struct ZeroConfig {
   bool stage3_gather_16bit_weights_on_model_save = false;
   bool round_robin_gradients = false;
   bool quantized_weights = false;  // "zero_quantized_weights": ZeRO++ qwZ, stage 3 (zero_stage.h: StageContext)
+  // "zero_quantized_nontrainable_weights": frozen parameters' shards stored as int8 blocks, stage 3 (StageContext)
+  bool quantized_nontrainable_weights = false;
   int64_t hpz_partition_size = 1;  // "zero_hpz_partition_size": ZeRO++ hpZ, stage 3; 1 = off
   bool quantized_gradients = false;  // "zero_quantized_gradients": ZeRO++ qgZ, stage 3
   OffloadOptimizerConfig offload_optimizer;

@@ -81,8 +81,9 @@ struct CheckpointedState {
   // DeepSpeed saves rank 0's module state) and every rank loads them.
   struct ModuleTensor {
     std::string name;
-    torch::Tensor tensor;
+    torch::Tensor tensor;  // empty between uses where the stage partitions it (ZeroStage::partitions_frozen)
     bool frozen = false;
+    std::vector<int64_t> shape;  // the whole tensor's
   };
   std::vector<ModuleTensor> module_state;
   torch::ScalarType dtype;         // the compute dtype (16-bit weights are saved in it)
@@ -142,7 +143,11 @@ class Checkpointer {
   bool writes_module_state() const { return rank() == 0 && s_.writes_module_state; }
   // Writes this rank's shard into `staging` and, beside it, its description (describe_shard, the parameters' whole
   // shapes and the module tensors it holds) for rank 0 of the run to merge.
-  void write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules);
+  // `assembled`: the module tensors the stage keeps partitioned, whole (assemble_frozen).
+  void write_shard(const std::string& staging, const std::string& tag, const std::vector<int>& modules,
+                   const std::map<int, torch::Tensor>& assembled);
+  std::map<int, torch::Tensor> assemble_frozen(const std::vector<int>& modules);
+  std::vector<int64_t> module_shape(const CheckpointedState::ModuleTensor& t) const;
   // The manifest without its parameters and files: where training stands, the same on every rank.
   Manifest describe_checkpoint(const std::string& tag, const nlohmann::json& client_state) const;
   // This rank's entry in the manifest, from the sizes and checksums the writer gave.

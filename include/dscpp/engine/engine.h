@@ -219,6 +219,18 @@ class Engine {
   // allowed between a forward and its backward; elsewhere it is the parameter itself.
   torch::Tensor whole_parameter(const torch::Tensor& param) { return stage_->whole_param(param); }
 
+  // The frozen parameters' names and whole shapes (under ZeRO-3 their tensors are empty between uses).
+  std::vector<ParamEntry> frozen_entries() const {
+    std::vector<ParamEntry> out;
+    for (const auto& t : model_.module_state) {
+      if (t.frozen) out.push_back({t.name, t.shape});
+    }
+    return out;
+  }
+  // `value` (whole) becomes frozen parameter `name`'s on this rank: under ZeRO-3 this rank's shard of it. Every
+  // data-parallel rank writes the same value (GatheredParameters' modifier rank broadcasts it first).
+  void write_frozen(const std::string& name, const torch::Tensor& value);
+
   // Samples consumed so far (global batch × optimizer boundaries): where the data stands.
   int64_t global_samples() const { return progress_.global_samples; }
 

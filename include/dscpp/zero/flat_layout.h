@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,10 @@ class FlatLayout {
   // The fragments of rank `rank`'s shards, in slot order (padding excluded). The shards of all ranks tile every
   // parameter exactly, which is what lets a checkpoint written under one layout be read under another.
   std::vector<ShardFragment> shard_fragments(int rank) const;
+  // The fragment of parameter `slot` in rank `rank`'s shard, if it has one.
+  std::optional<ShardFragment> fragment_of(int slot, int rank) const;
+  // Where `fragment` (of rank `rank`'s shard) starts in that rank's partition.
+  int64_t partition_offset(const ShardFragment& fragment, int rank) const;
 
  private:
   std::vector<ParamSlot> slots_;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "dscpp/comm/block_quantizer.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/offload/state_store.h"
 
@@ -60,6 +61,19 @@ class GatheredGroup {
 
   const torch::Tensor& buffer() const { return buffer_; }
 
+  // ZeRO++ zero_quantized_nontrainable_weights (a frozen group): the shard is kept as int8 blocks with an fp32 scale
+  // each (block_quantizer.h), about a quarter of fp32's bytes, sent as they are and dequantized on arrival. Its
+  // values from then on are the blocks'.
+  void store_quantized();
+  // The shard in memory of its own (not a view of a partition that can then be freed).
+  void own_shard() { shard_ = shard_.clone(); }
+  // Elements [offset, offset + n) of this rank's shard: read into `out` (n = out.numel()), or set to `values`.
+  // Quantized, a write re-quantizes the shard. Not for a shard kept in a store.
+  void read_shard(int64_t offset, torch::Tensor out) const;
+  void write_shard(int64_t offset, const torch::Tensor& values);
+  // Bytes this rank's shard takes where it is kept (int8 blocks and scales when quantized).
+  int64_t shard_bytes() const;
+
   // ZeRO++ hpZ: after the first gather since the values last changed, this rank keeps a secondary shard, its part of
   // the buffer over `comm` (the hpZ group: zero_hpz_partition_size consecutive ranks, typically one node), and every
   // later gather assembles the buffer from those parts inside the group, exact, instead of over every rank. The
@@ -75,6 +89,7 @@ class GatheredGroup {
   std::string name_;
   torch::Tensor buffer_;
   torch::Tensor shard_;
+  QuantizedBlocks stored_;  // store_quantized: the shard, instead of shard_ (values undefined otherwise)
   int64_t numel_;
   int64_t shard_numel_;
   int64_t element_size_;

@@ -36,6 +36,7 @@ struct StageMemory {
   int64_t persistent = 0;
   int64_t gathered_peak = 0;
   int64_t secondary = 0;     // ZeRO-3 with hpZ: the secondary shards (1/hpz of every block), part of params16
+  int64_t frozen = 0;        // ZeRO-3: this rank's shards of the frozen parameters, part of params16
 };
 
 // Where a stage spent time waiting for communication, cumulative since initialize.
@@ -75,6 +76,15 @@ class ZeroStage {
   // `param`'s whole value (compute dtype): the parameter itself, except under stage 3, which assembles it from the
   // ranks' shards (collective) unless it persists.
   virtual torch::Tensor whole_param(const torch::Tensor& param) { return param; }
+  // Whether the stage keeps `param`, a frozen parameter (requires_grad false), partitioned (stage 3): its tensor is
+  // then empty between uses, whole_param assembles it and write_frozen sets it.
+  virtual bool partitions_frozen(const torch::Tensor& /*param*/) const { return false; }
+  // `value` (whole, any dtype of the same shape) becomes frozen parameter `param`'s on this rank: under stage 3 this
+  // rank's shard of it, elsewhere the tensor itself. Not collective: every rank writes the same value.
+  virtual void write_frozen(const torch::Tensor& param, const torch::Tensor& value) {
+    torch::NoGradGuard no_grad;
+    param.copy_(value);
+  }
 
   // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
   // after_backward; the others only keep their gradient buffer attached.
@@ -184,6 +194,10 @@ struct StageContext {
   // (GatherWire::kInt8). The persistent group, re-gathered once per step, and whole-parameter reads (a model save)
   // stay exact, as DeepSpeed's gathers after the step and for GatheredParameters do.
   bool quantized_weights = false;
+  // ZeRO++ "zero_quantized_nontrainable_weights" (stage 3): the frozen groups' shards are kept as int8 blocks with an
+  // fp32 scale each and gathered as they are (GatheredGroup::store_quantized), as DeepSpeed stores its frozen
+  // parameters' partitions; the persistent ones stay exact, as DeepSpeed's persistent parameters keep their values.
+  bool quantized_nontrainable_weights = false;
   // ZeRO++ hpZ, "zero_hpz_partition_size" (stage 3): the group of that many consecutive ranks this rank belongs to
   // (null: off). Each rank keeps a secondary shard of every block over it, so the gathers after a block's first
   // since the optimizer step (its backward, the next micro-steps) stay inside the group (GatheredGroup).
@@ -219,6 +233,11 @@ struct PartitionedModel {
   // Units built already partitioned (partition_unit), their parameters pointing into their released buffers: the
   // stage takes their shards instead of reading values.
   std::vector<PrepartitionedUnit> prepartitioned;
+  // Frozen parameters (requires_grad false, floating): partitioned as the trainable ones are, as DeepSpeed's ZeRO-3
+  // partitions every parameter, in a partition of their own that no optimizer reads. A LoRA fine-tune's base model
+  // is these: whole on every rank it would undo ZeRO-3.
+  std::vector<torch::Tensor> frozen;
+  std::vector<std::string> frozen_names;
 };
 
 // Stage 3: the 16-bit parameters sharded too. Each rank keeps 1/N of every group; a unit's group is gathered

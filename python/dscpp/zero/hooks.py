@@ -29,7 +29,7 @@ def output_tensors(outputs):
 
 
 def gather_units(model):
-    """[(name, module, trainable parameters)] in module order, DeepSpeed's granularity (see the module docstring)."""
+    """[(name, module, parameters)] in module order, DeepSpeed's granularity (see the module docstring)."""
     units, leaves = [], []
     for name, module in model.named_modules():
         if any(name.startswith(leaf + ".") or leaf == "" for leaf in leaves):
@@ -39,8 +39,7 @@ def gather_units(model):
             params = list(module.parameters())
         else:
             params = [p for p in module._parameters.values() if p is not None]
-        params = [p for p in params if p.requires_grad]  # frozen parameters are not partitioned
-        if params:
+        if params:  # frozen ones too: ZeRO-3 partitions them with their module's
             units.append((name or "(the model)", module, params))
     return units
 

@@ -150,8 +150,9 @@ class Init:
             raise NotImplementedError("dscpp.zero.Init: zero_quantized_weights=True is read from the config here: set "
                                       "zero_optimization.zero_quantized_weights (the engine's all-gathers follow it)")
         if zero_quantized_nontrainable_weights:
-            raise NotImplementedError("dscpp.zero.Init: zero_quantized_nontrainable_weights is not supported (frozen "
-                                      "parameters stay whole on every rank)")
+            raise NotImplementedError("dscpp.zero.Init: zero_quantized_nontrainable_weights=True is read from the "
+                                      "config here: set zero_optimization.zero_quantized_nontrainable_weights (the "
+                                      "engine stores the frozen shards at initialize)")
         if remote_device not in (None, "cpu", "none"):
             raise NotImplementedError(f"dscpp.zero.Init: remote_device={remote_device!r} is not supported (the "
                                       "shards stay on the parameters' device; zero_optimization.offload_param moves "

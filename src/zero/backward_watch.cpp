@@ -99,9 +99,4 @@ void BackwardWatch::watch(int key, const std::vector<torch::Tensor>& outputs, ui
   for (auto* node : nodes) node->add_post_hook(std::make_unique<NodeRan>(ran));
 }
 
-int64_t BackwardWatch::pending(int key) const {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  return state_->pending.at(static_cast<size_t>(key));
-}
-
 }  // namespace dscpp

@@ -28,6 +28,19 @@ GroupPlacement place_groups(const PartitionedModel& model, const ZeroConfig& zer
   return out;
 }
 
+void order_by_kind(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+                   const std::vector<int>& kind_of, size_t kinds, std::vector<torch::Tensor>& out_params,
+                   std::vector<std::string>& out_names, std::vector<int>& out_kinds) {
+  for (int k = 0; k < static_cast<int>(kinds); ++k) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (kind_of[i] != k) continue;
+      out_params.push_back(params[i]);
+      out_names.push_back(names[i]);
+      out_kinds.push_back(k);
+    }
+  }
+}
+
 std::vector<FlatLayout::Param> layout_params(const std::vector<std::string>& names,
                                              const std::vector<torch::Tensor>& params, const std::vector<int>& kinds) {
   std::vector<FlatLayout::Param> out;

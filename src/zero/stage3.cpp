@@ -325,26 +325,13 @@ class Stage3 final : public ZeroStage {
     g.wait_gathered(*ctx_.comm);
   }
 
-  // Parameters ordered by group kind (persistent, root, units), stable within a kind.
+  // Parameters ordered by group kind (persistent, root, units), stable within a kind; the frozen ones apart.
   void order_params(PartitionedModel& model) {
     const size_t kinds = placement_.kind_name.size();
-    for (size_t k = 0; k < kinds; ++k) {
-      for (size_t i = 0; i < model.params.size(); ++i) {
-        if (placement_.kind_of_param[i] != static_cast<int>(k)) continue;
-        params_.push_back(model.params[i]);
-        names_.push_back(model.names[i]);
-        kinds_.push_back(static_cast<int>(k));
-      }
-    }
+    order_by_kind(model.params, model.names, placement_.kind_of_param, kinds, params_, names_, kinds_);
     if (params_.empty()) throw std::invalid_argument("ZeRO-3: the model has no trainable parameters");
-    for (size_t k = 0; k < kinds; ++k) {
-      for (size_t i = 0; i < model.frozen.size(); ++i) {
-        if (placement_.kind_of_frozen[i] != static_cast<int>(k)) continue;
-        frozen_.push_back(model.frozen[i]);
-        frozen_names_.push_back(model.frozen_names[i]);
-        frozen_kinds_.push_back(static_cast<int>(k));
-      }
-    }
+    order_by_kind(model.frozen, model.frozen_names, placement_.kind_of_frozen, kinds, frozen_, frozen_names_,
+                  frozen_kinds_);
     units_ = std::move(model.units);
   }
 

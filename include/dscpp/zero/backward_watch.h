@@ -31,8 +31,6 @@ class BackwardWatch {
   static uint64_t mark();
   // At the unit's exit: the nodes reachable from `outputs` created since `mark` count for `key`.
   void watch(int key, const std::vector<torch::Tensor>& outputs, uint64_t mark);
-  // Nodes watched for `key` this micro-step that have not run.
-  int64_t pending(int key) const;
 
  private:
   struct State;

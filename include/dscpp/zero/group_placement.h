@@ -21,6 +21,12 @@ struct GroupPlacement {
 
 GroupPlacement place_groups(const PartitionedModel& model, const ZeroConfig& zero);
 
+// `params` with their names, appended to the `out_` vectors ordered by kind (`kind_of[i]` < `kinds`), stable within a
+// kind, each with its kind: the order layout_params wants.
+void order_by_kind(const std::vector<torch::Tensor>& params, const std::vector<std::string>& names,
+                   const std::vector<int>& kind_of, size_t kinds, std::vector<torch::Tensor>& out_params,
+                   std::vector<std::string>& out_names, std::vector<int>& out_kinds);
+
 // The parameters (ordered by kind) as a FlatLayout takes them: a group starts where a kind does, so each kind is one
 // group of the layout.
 std::vector<FlatLayout::Param> layout_params(const std::vector<std::string>& names,

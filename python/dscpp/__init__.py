@@ -24,14 +24,17 @@ from ._C import CheckpointError, CommError, ConfigError  # noqa: E402
 from .comm import init_distributed
 from .config import add_config_arguments
 from .engine import DeepSpeedEngine
+from .inference import init_inference
 from .initialize import initialize
 # dscpp.comm.get_rank, dscpp.moe.layer.MoE, dscpp.runtime.lr_schedules.WarmupLR, ... without importing each
-from . import accelerator, checkpoint, checkpointing, comm, moe, ops, runtime, utils, zero  # noqa: F401
+from . import accelerator, checkpoint, checkpointing, comm, inference, module_inject  # noqa: F401
+from . import moe, ops, runtime, utils, zero  # noqa: F401
 
 __version__ = "0.1.0"
 
 __all__ = [
     "initialize",
+    "init_inference",
     "init_distributed",
     "add_config_arguments",
     "DeepSpeedEngine",

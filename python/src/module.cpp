@@ -122,6 +122,7 @@ py::dict step_report(const StepReport& r) {
 }  // namespace
 
 void bind_moe(py::module_& m);       // moe.cpp
+void bind_parallel(py::module_& m);  // parallel.cpp
 void bind_schedule(py::module_& m);  // schedule.cpp
 void bind_sequence(py::module_& m);  // sequence.cpp
 }  // namespace dscpp::python
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("comm_over", &comm_from, py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
   bind_moe(m);
+  bind_parallel(m);
   bind_schedule(m);
   bind_sequence(m);
 

@@ -1,0 +1,106 @@
+"""dscpp.init_inference (issue 54): AutoTP slices a model over real processes and gives the whole model's logits and
+tokens (auto_tp.py), and the config's and the slicer's errors name what is wrong. Real DeepSpeed on the same script:
+tests/conformance/test_inference.py."""
+import json
+
+import pytest
+import torch
+
+import dscpp
+from conftest import run_ranks
+from dscpp.module_inject import auto_tp
+
+
+@pytest.mark.parametrize("kind,world,tp", [("llama", 2, 2), ("gpt2", 2, 2), ("custom", 2, 2), ("llama", 4, 2)])
+def test_tensor_parallel_model_gives_the_whole_ones_logits_and_tokens(kind, world, tp, tmp_path):
+    out = tmp_path / "result.json"
+    run_ranks(world, ["auto_tp.py", kind, str(out), str(tp)])
+    result = json.loads(out.read_text())
+    assert result["tp"] == tp
+    assert result["logits"] < 1e-5, result
+    # Sliced: each rank holds little more than its share (norms, position embeddings and biases stay whole).
+    assert result["elements"] < result["whole_elements"] * 0.6, result
+    if kind != "custom":  # HF generate: greedy, and sampling with top-k / top-p under one seed on every rank
+        assert result["greedy"] and result["sampled"], result
+
+
+def _llama(heads=4, kv_heads=2, intermediate=64):
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=64, hidden_size=48, intermediate_size=intermediate, num_hidden_layers=1, num_attention_heads=heads,
+        num_key_value_heads=kv_heads, max_position_embeddings=32))
+
+
+def test_autotp_finds_each_linears_role():
+    the_plan = auto_tp.plan(_llama(), 2)
+    roles = {name.split(".", 3)[-1]: role for name, role in the_plan.linears.items()}
+    assert roles == {"self_attn.q_proj": "column", "self_attn.k_proj": "column", "self_attn.v_proj": "column",
+                     "self_attn.o_proj": "row", "mlp.gate_proj": "column", "mlp.up_proj": "column",
+                     "mlp.down_proj": "row"}
+    assert (the_plan.embedding, the_plan.head) == ("model.embed_tokens", "lm_head")
+    transformers = pytest.importorskip("transformers")
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=63, n_embd=16, n_layer=1, n_head=2))
+    the_plan = auto_tp.plan(gpt2, 2)
+    assert {n.split(".", 3)[-1]: r for n, r in the_plan.linears.items()} == {
+        "attn.c_attn": "fused_qkv", "attn.c_proj": "row", "mlp.c_fc": "column", "mlp.c_proj": "row"}
+    assert (the_plan.embedding, the_plan.head) == (None, None)  # 63 rows do not divide: the vocabulary stays whole
+
+
+class _Size3:
+    """What apply reads of a Comm before any collective: a group of 3."""
+    rank, world_size = 0, 3
+
+
+def test_sizes_that_do_not_divide_are_named_and_the_model_is_left_whole():
+    model = _llama(heads=4, kv_heads=4, intermediate=48)  # the MLP divides over 3; 4 heads of 12 do not
+    before = {n: p.clone() for n, p in model.state_dict().items()}
+    with pytest.raises(ValueError, match=r"self_attn.k_proj has out_features 48, which does not divide over "
+                                         r"tensor_parallel.tp_size 3 in whole heads of 12"):
+        auto_tp.apply(model, auto_tp.plan(model, 3), _Size3())
+    after = model.state_dict()
+    assert before.keys() == after.keys() and all(torch.equal(before[n], after[n]) for n in before)
+
+
+def test_injection_policy_must_name_the_blocks_linears():
+    model = _llama()
+    block = type(model.model.layers[0])
+    with pytest.raises(ValueError, match=r"injection_policy names \['mlp.down'\] for LlamaDecoderLayer"):
+        auto_tp.plan(model, 2, {block: ("self_attn.o_proj", "mlp.down")})
+    with pytest.raises(ValueError, match="has no nn.ModuleList of blocks"):
+        auto_tp.plan(torch.nn.Sequential(torch.nn.Linear(2, 2)), 2)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(replace_with_kernel_inject=True), "replace_with_kernel_inject=True is not supported: it swaps"),
+    (dict(kernel_inject=True), "replace_with_kernel_inject=True is not supported"),
+    (dict(enable_cuda_graph=True), "enable_cuda_graph=True is not supported"),
+    (dict(checkpoint="ckpt.json"), "checkpoint='ckpt.json' is not supported: load the weights"),
+    (dict(dtype=torch.int8), "dtype torch.int8 is not supported"),
+    (dict(dtype="fp8"), "dtype 'fp8' is not supported"),
+    (dict(tensor_parallel={"tp_size": 0}), "tensor_parallel.tp_size must be a positive integer, not 0"),
+    (dict(tensor_parallel={"size": 2}), r"unknown tensor_parallel key\(s\) \['size'\]"),
+    (dict(tensor_parallel={"tp_size": 2}, mp_size=4), "mp_size 4 .deprecated. and tensor_parallel.tp_size 2 differ"),
+    (dict(max_tokens=0), "max_out_tokens must be a positive integer, not 0"),
+    (dict(dtpye=torch.half), r"unknown config key\(s\) \['dtpye'\]"),
+])
+def test_config_errors_name_the_key(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        dscpp.init_inference(torch.nn.Linear(2, 2), **kwargs)
+
+
+def test_config_and_keyword_arguments_must_agree(tmp_path):
+    path = tmp_path / "inference.json"
+    path.write_text(json.dumps({"dtype": "fp32", "max_out_tokens": 8}))
+    engine = dscpp.init_inference(torch.nn.Linear(2, 2).half(), config=str(path), max_out_tokens=8)
+    assert engine.module.weight.dtype == torch.float32  # dtype acts
+    with pytest.raises(ValueError, match=r"\['max_out_tokens'\] given in config and as keyword arguments"):
+        dscpp.init_inference(torch.nn.Linear(2, 2), config=str(path), max_out_tokens=9)
+
+
+def test_a_prompt_longer_than_max_out_tokens_is_refused():
+    engine = dscpp.init_inference(_llama(), dtype=torch.float32, max_out_tokens=4)
+    with pytest.raises(RuntimeError, match="a prompt of 5 tokens exceeds max_out_tokens 4"):
+        engine.generate(input_ids=torch.ones(1, 5, dtype=torch.long), max_new_tokens=1)
+    assert engine.generate(input_ids=torch.ones(1, 4, dtype=torch.long), max_new_tokens=2,
+                           do_sample=False).shape == (1, 6)

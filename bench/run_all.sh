@@ -47,6 +47,7 @@ BENCHES=(
   "tensor_parallel|2|8|bench/tensor_parallel/run.sh $BUILD"
   "moe|2|8|bench/moe/run.sh $BUILD"
   "pipeline|4|8|bench/pipeline/run.sh $BUILD"
+  "generation|3|8|bench/generation/run.sh $BUILD"
   "soak|3|8|bench/soak/run.sh $BUILD"
   "scale_demo|25|0|bench/scale_demo/run.sh $BUILD"
 )

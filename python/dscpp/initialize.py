@@ -14,6 +14,7 @@ from .config import load_json, resolve_config, zero_section_without_auto
 from .engine import DeepSpeedEngine
 from .moe.parallelism import expert_parallelism
 from .runtime import lr_schedules
+from .runtime.hybrid_engine import DeepSpeedHybridEngine
 from .zero import hooks as zero_hooks
 from .zero import init as zero_init
 
@@ -247,10 +248,12 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))
-    wrapper = DeepSpeedEngine(model, engine, loader, client_optimizer, client_scheduler,
-                              param_groups=[params for params, _, _ in groups], param_names=names,
-                              zero3_units=units if engine.zero_stage == 3 else None,
-                              forward_only=forward_only, data_parallel_group=data_group)
+    # DeepSpeed's initialize returns its hybrid engine (training plus generation) when the config asks for it.
+    engine_class = DeepSpeedHybridEngine if engine.hybrid_engine["enabled"] else DeepSpeedEngine
+    wrapper = engine_class(model, engine, loader, client_optimizer, client_scheduler,
+                           param_groups=[params for params, _, _ in groups], param_names=names,
+                           zero3_units=units if engine.zero_stage == 3 else None,
+                           forward_only=forward_only, data_parallel_group=data_group)
     if scheduler_maker is not None:
         wrapper._make_client_scheduler(scheduler_maker)
         client_scheduler = wrapper.lr_scheduler

@@ -222,6 +222,34 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("compute_dtype",
                              [](const Engine& e) { return std::string(c10::toString(e.compute_dtype())); })
       .def_property_readonly("config_json", [](const Engine& e) { return e.config().resolved.dump(); })
+      .def_property_readonly("hybrid_engine",
+                             [](const Engine& e) {
+                               // The parsed section (defaults filled in), for dscpp.runtime.hybrid_engine.
+                               const HybridEngineConfig& h = e.config().hybrid_engine;
+                               py::dict d;
+                               d["enabled"] = h.enabled;
+                               d["max_out_tokens"] = h.max_out_tokens;
+                               d["pin_parameters"] = h.pin_parameters;
+                               return d;
+                             })
+      .def_property_readonly("comm_totals",
+                             [](const Engine& e) {
+                               // {op: (calls, message bytes)} of the data-parallel collectives so far; None when the
+                               // comms_logger is off.
+                               py::object none = py::none();
+                               const CommsLogger* logger = e.comms_logger();
+                               if (logger == nullptr) return none;
+                               py::dict d;
+                               for (const auto& [op, sizes] : logger->stats()) {
+                                 int64_t calls = 0, bytes = 0;
+                                 for (const auto& [size, stats] : sizes) {
+                                   calls += stats.count;
+                                   bytes += stats.bytes;
+                                 }
+                                 d[py::str(op)] = py::make_tuple(calls, bytes);
+                               }
+                               return py::object(d);
+                             })
       .def_property_readonly("global_steps", &Engine::global_steps)
       .def_property_readonly("micro_steps", &Engine::micro_steps)
       .def_property_readonly("skipped_steps", &Engine::skipped_steps)

@@ -170,7 +170,7 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
   // DeepSpeed features this engine does not have: fine while off, an error when switched on.
   root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "compression_training", "data_efficiency",
                            "curriculum_learning", "autotuning", "nebula", "eigenvalue", "progressive_layer_drop",
-                           "quantize_training", "hybrid_engine", "compile", "weight_quantization", "comet",
+                           "quantize_training", "compile", "weight_quantization", "comet",
                            "torch_autocast"});
   // A DeepSpeed switch without an "enabled" key: sparse attention is on once its section is there.
   if (root.has("sparse_attention")) {

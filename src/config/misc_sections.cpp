@@ -1,4 +1,5 @@
-// The smaller sections: activation checkpointing, monitors, flops profiler, comms logger, checkpoint options.
+// The smaller sections: activation checkpointing, monitors, flops profiler, comms logger, checkpoint options, the
+// hybrid engine.
 #include "dscpp/config/config_error.h"
 #include "dscpp/config/sections.h"
 
@@ -92,6 +93,22 @@ PipelineConfig parse_pipeline(JsonReader& s) {
   return c;
 }
 
+HybridEngineConfig parse_hybrid_engine(JsonReader& s) {
+  HybridEngineConfig c;
+  c.enabled = s.get_bool("enabled", false);
+  c.max_out_tokens = s.get_int("max_out_tokens", 512, 1);
+  c.pin_parameters = s.get_bool("pin_parameters", true);
+  c.release_inference_cache = s.get_bool("release_inference_cache", false);
+  c.tp_gather_partition_size = s.get_int("tp_gather_partition_size", 8, 1);
+  const int64_t tp = s.get_int("inference_tp_size", 1, 1);
+  s.require(tp == 1, "inference_tp_size",
+            "1 (generating over a tensor-parallel copy of the weights inside training is not supported yet; "
+            "dscpp.init_inference slices a model for inference)");
+  s.accept_only_default("enable_cuda_graph", false);
+  s.finish();
+  return c;
+}
+
 }  // namespace
 
 void parse_misc_sections(JsonReader& root, Config& config) {
@@ -111,6 +128,8 @@ void parse_misc_sections(JsonReader& root, Config& config) {
   config.comms_logger = parse_comms_logger(comms);
   JsonReader checkpoint = root.section("checkpoint");
   config.checkpoint = parse_checkpoint(checkpoint);
+  JsonReader hybrid = root.section("hybrid_engine");
+  config.hybrid_engine = parse_hybrid_engine(hybrid);
 }
 
 }  // namespace dscpp

@@ -132,6 +132,17 @@ struct PipelineConfig {
   int activation_checkpoint_interval = 0;  // 0: no activation checkpointing of the stage's layers
 };
 
+// "hybrid_engine": DeepSpeed's switch for generation inside training (DeepSpeed-Chat's actor). It changes only what a
+// training engine's generate() does, which the Python front end has (dscpp.runtime.hybrid_engine): with
+// pin_parameters, ZeRO-3 gathers every parameter once per generate() call instead of each block per forward.
+struct HybridEngineConfig {
+  bool enabled = false;
+  int64_t max_out_tokens = 512;          // a prompt longer than this is refused by generate(), as in DeepSpeed
+  bool pin_parameters = true;            // ZeRO-3: gather all parameters once per generate() (false: per forward)
+  bool release_inference_cache = false;  // accepted either way: nothing gathered outlives a generate() call here
+  int64_t tp_gather_partition_size = 8;  // DeepSpeed's layers per gather with inference_tp_size > 1 (refused)
+};
+
 struct Fp16Config {
   bool enabled = false;
   bool auto_cast = false;
@@ -200,6 +211,7 @@ struct Config {
   // does not slice a model itself: the program builds it sliced over InitOptions::model_parallel_group, of this size.
   int tensor_parallel_size = 1;
   PipelineConfig pipeline;
+  HybridEngineConfig hybrid_engine;
 
   // The compute (model) dtype: fp16, bf16 or fp32.
   DType compute_dtype() const;

@@ -1,0 +1,99 @@
+"""dscpp.runtime.hybrid_engine.DeepSpeedHybridEngine: what dscpp.initialize returns when the config's
+hybrid_engine.enabled is true (DeepSpeed-Chat's actor) — the training engine, plus a generate() that does not pay
+ZeRO-3's per-forward gathering for every new token.
+
+Under ZeRO-3 a model called by itself gathers each block for every forward, and generate() runs one forward per new
+token: every weight crosses the network once per token (DeepSpeed#4354: minutes per generation). With
+pin_parameters (the default) generate() instead gathers every parameter once per call — the whole model, as
+GatheredParameters would, one collective per parameter in the same order on every rank — takes ZeRO-3's hooks off
+the module (as TRL's unwrap_model_for_generation does), runs the model's own generate over the whole weights, and
+puts the hooks back; the gathered copies are dropped as the call returns, the shards and the fp32 master untouched.
+With pin_parameters false it generates through the hooks (per forward), as a plain ZeRO-3 engine does. Under ZeRO
+0-2 the weights are whole already and generate() is the model's own.
+
+LoRA layers of DeepSpeed-Chat's shape (modules with fuse_lora_weight() and unfuse_lora_weight()) are fused for the
+call, so each token costs one matmul per layer, and unfused after (ZeRO-3 without pinning: left unfused, as their
+weights are not whole). The weights they change are copied first and copied back after, so training resumes on
+exactly the weights it had — an unfuse by subtraction would round them.
+
+As DeepSpeed's hybrid engine does, initialization gives every rank rank 0's random state, so sampling draws the same
+numbers on every rank. Not here: DeepSpeed's inference kernels and their workspace (release_inference_cache changes
+nothing: nothing outlives a call), a tensor-parallel generation layout (inference_tp_size > 1 is refused)."""
+import contextlib
+
+import torch
+import torch.distributed as dist
+
+from ..engine import DeepSpeedEngine
+from ..zero.gathered import GatheredParameters
+
+
+class DeepSpeedHybridEngine(DeepSpeedEngine):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        settings = self._engine.hybrid_engine
+        self._max_out_tokens = settings["max_out_tokens"]
+        self.gather_all_layers = settings["pin_parameters"]  # DeepSpeed's attribute name
+        self.Z3_enabled = self.zero_optimization_stage() == 3
+        self.is_lora_fused = False
+        self._lora_saved = []  # [(parameter, its data before the fuse)]
+        if dist.is_initialized() and dist.get_world_size() > 1:
+            state = torch.get_rng_state()
+            dist.broadcast(state, 0)
+            torch.set_rng_state(state)
+
+    def generate(self, *inputs, **kwargs):
+        """The model's generate (Hugging Face's), over weights gathered once for the call (see the module
+        docstring). A prompt longer than hybrid_engine.max_out_tokens is refused, as DeepSpeed refuses it."""
+        ids = kwargs.get("input_ids", inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None)
+        if ids is not None and ids.shape[-1] > self._max_out_tokens:
+            raise RuntimeError(f"hybrid_engine: a prompt of {ids.shape[-1]} tokens exceeds max_out_tokens "
+                               f"{self._max_out_tokens} (the config's hybrid_engine.max_out_tokens)")
+        if not hasattr(self.module, "generate"):
+            raise AttributeError(f"{type(self.module).__name__} has no generate method")
+        whole = self._whole_weights() if self.Z3_enabled and self.gather_all_layers else contextlib.nullcontext()
+        with torch.no_grad(), whole:
+            fuse = not self.Z3_enabled or self.gather_all_layers
+            if fuse:
+                self.fuse_lora_weight()
+            try:
+                return self.module.generate(*inputs, **kwargs)
+            finally:
+                if fuse:
+                    self.unfuse_lora_weight()
+
+    @contextlib.contextmanager
+    def _whole_weights(self):
+        offload = self._parameter_offload
+        offload._remove_module_hooks()
+        try:
+            with GatheredParameters(list(self.module.parameters())):
+                yield
+        finally:
+            offload._register_deepspeed_module(self.module)
+
+    def _lora_modules(self):
+        return [m for m in self.module.modules()
+                if callable(getattr(m, "fuse_lora_weight", None)) and callable(getattr(m, "unfuse_lora_weight", None))]
+
+    def fuse_lora_weight(self):
+        """Each LoRA layer's fuse_lora_weight(), its parameters' values kept to be restored by unfuse_lora_weight."""
+        if self.is_lora_fused:
+            return
+        with torch.no_grad():
+            for module in self._lora_modules():
+                self._lora_saved += [(p, p.data.clone()) for p in module.parameters(recurse=False)]
+                module.fuse_lora_weight()
+        self.is_lora_fused = True
+
+    def unfuse_lora_weight(self):
+        """Each LoRA layer's unfuse_lora_weight(), then its parameters' values before the fuse, exactly."""
+        if not self.is_lora_fused:
+            return
+        with torch.no_grad():
+            for module in self._lora_modules():
+                module.unfuse_lora_weight()
+            for p, data in self._lora_saved:
+                p.data.copy_(data)
+        self._lora_saved = []
+        self.is_lora_fused = False

@@ -1,0 +1,134 @@
+"""A rank of DeepSpeed-Chat's actor on the hybrid engine: a tiny Hugging Face LLaMA whose q and v projections carry
+DeepSpeed-Chat-shaped LoRA layers (base frozen), trained 2 steps through dscpp.initialize with hybrid_engine
+enabled, then generate() — greedy, and sampled — then one more training step. Rank 0 writes to OUT: whether the
+greedy tokens are those of the whole model (gathered into a plain copy, generating unfused), whether every weight
+is bit for bit what it was before generate(), how many gathers (all-gathers, all-reduces) generate() issued against the parameter count,
+whether both ranks sampled the same tokens (each seeded differently before initialize), and the losses.
+
+    python3 hybrid_engine.py STAGE PIN OUT      (torchrun's environment; PIN: pin_parameters, 1 or 0)
+"""
+import copy
+import json
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import transformers
+
+import dscpp
+from dscpp.zero import GatheredParameters
+
+VOCAB, RANK_R = 64, 4
+
+
+class LinearLayer_LoRA(torch.nn.Module):
+    """DeepSpeed-Chat's LoRA layer (its utils/module/lora.py, written out): y = x·Wᵀ + b + (x·R·L)·scaling, and
+    fuse_lora_weight / unfuse_lora_weight folding R·L into W for generation."""
+
+    def __init__(self, weight, bias, r=RANK_R, alpha=8):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().clone(), requires_grad=False)
+        out_features, in_features = weight.shape
+        self.lora_right_weight = torch.nn.Parameter(torch.randn(in_features, r) / r)
+        self.lora_left_weight = torch.nn.Parameter(torch.zeros(r, out_features))
+        self.lora_scaling = alpha / r
+        self.fuse_lora = False
+
+    def fuse_lora_weight(self):
+        if not self.fuse_lora:
+            self.weight.data += self.lora_scaling * torch.matmul(self.lora_left_weight.t(), self.lora_right_weight.t())
+        self.fuse_lora = True
+
+    def unfuse_lora_weight(self):
+        if self.fuse_lora:
+            self.weight.data -= self.lora_scaling * torch.matmul(self.lora_left_weight.t(), self.lora_right_weight.t())
+        self.fuse_lora = False
+
+    def forward(self, x):
+        if self.fuse_lora:
+            return F.linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias) + (x @ self.lora_right_weight @ self.lora_left_weight) * self.lora_scaling
+
+
+def make_model():
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, pad_token_id=0))
+    for layer in model.model.layers:
+        for name in ("q_proj", "v_proj"):
+            linear = getattr(layer.self_attn, name)
+            setattr(layer.self_attn, name, LinearLayer_LoRA(linear.weight, linear.bias))
+    return model
+
+
+def whole_state(model):
+    """Every parameter's whole value, by name (collective under ZeRO-3)."""
+    with GatheredParameters(list(model.parameters())):
+        return {name: p.data.clone() for name, p in model.named_parameters()}
+
+
+def collectives(engine):
+    """The engine's parameter collectives so far, by the comms logger: ZeRO-3 gathers a block with an all-gather and
+    assembles one parameter whole (GatheredParameters) with an all-reduce of its fragments."""
+    totals = engine._engine.comm_totals
+    return sum(totals.get(op, (0, 0))[0] for op in ("all_gather", "all_reduce"))
+
+
+def main(stage, pin, out):
+    dscpp.init_distributed(dist_backend="gloo")
+    rank = dist.get_rank()
+    model = make_model()
+    plain = copy.deepcopy(model)
+    torch.manual_seed(100 + rank)  # different on each rank: the hybrid engine gives every rank rank 0's state
+    config = {"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1,
+              "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
+              "zero_optimization": {"stage": int(stage), "stage3_param_persistence_threshold": 0},
+              "comms_logger": {"enabled": True},
+              "hybrid_engine": {"enabled": True, "pin_parameters": pin == "1", "max_out_tokens": 32}}
+    engine, _, _, _ = dscpp.initialize(model=model, model_parameters=model.parameters(), config=config)
+    assert type(engine).__name__ == "DeepSpeedHybridEngine"
+    data = torch.Generator().manual_seed(5 + rank)
+    losses = []
+
+    def train_step():
+        ids = torch.randint(1, VOCAB, (2, 8), generator=data)
+        loss = engine(input_ids=ids, labels=ids).loss
+        engine.backward(loss)
+        engine.step()
+        losses.append(loss.item())
+
+    for _ in range(2):
+        train_step()
+
+    prompts = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(9))
+    before = whole_state(engine.module)
+    plain.load_state_dict(before)
+    plain.eval()
+    expected = plain.generate(input_ids=prompts, max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
+
+    engine.eval()
+    calls_before = collectives(engine)
+    greedy = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
+    gathers = collectives(engine) - calls_before
+    after = whole_state(engine.module)
+    sampled = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=True, top_k=20, pad_token_id=0).tolist()
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, sampled)
+    engine.train()
+    train_step()  # the hooks are back: training goes on
+
+    result = {"tokens_equal": greedy == expected, "greedy": greedy, "expected": expected,
+              "weights_unchanged": all(torch.equal(before[n], after[n]) for n in before),
+              "gathers": gathers, "params": sum(1 for _ in engine.module.parameters()),
+              "sampled_agree": all(s == everyone[0] for s in everyone), "losses": losses,
+              "fused_after": any(getattr(m, "fuse_lora", False) for m in engine.module.modules())}
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -104,3 +104,20 @@ def test_a_prompt_longer_than_max_out_tokens_is_refused():
         engine.generate(input_ids=torch.ones(1, 5, dtype=torch.long), max_new_tokens=1)
     assert engine.generate(input_ids=torch.ones(1, 4, dtype=torch.long), max_new_tokens=2,
                            do_sample=False).shape == (1, 6)
+
+
+@pytest.mark.parametrize("device", ["none", "cpu", "nvme"])
+def test_zero_inference_streams_the_weights_and_gives_the_whole_models_tokens(device, tmp_path):
+    """ZeRO-Inference (zero_inference.py): ZeRO-3 without an optimizer, weights in memory, in host memory or on NVMe,
+    2 processes: generate gives the whole model's greedy tokens while never more than one module's weights are
+    gathered at once."""
+    out = tmp_path / "result.json"
+    nvme = tmp_path / "nvme"
+    nvme.mkdir()
+    run_ranks(2, ["zero_inference.py", device, str(nvme), str(out)])
+    result = json.loads(out.read_text())
+    assert result["tokens_equal"], result
+    memory = result["memory"]
+    assert 0 < memory["gathered_peak"] <= result["largest_block_bytes"], result
+    if device == "nvme":
+        assert memory["params"] == 0, result  # the parameter shards are in the swap file

@@ -26,7 +26,7 @@ args = p.parse_args()
 dscpp.init_distributed(dist_backend="gloo")
 torch.manual_seed(0)
 model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-    vocab_size=8000, hidden_size=args.hidden, intermediate_size=args.hidden * 8 // 3, num_hidden_layers=args.layers,
+    vocab_size=8000, hidden_size=args.hidden, intermediate_size=(args.hidden * 8 // 3 + 63) // 64 * 64, num_hidden_layers=args.layers,
     num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256, pad_token_id=0))
 elements = sum(p.numel() for p in model.parameters())
 config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},

@@ -162,7 +162,7 @@ def prompts_of(iteration, args):
 
 def run_engines(args):
     import dscpp as deepspeed
-    deepspeed.init_distributed()
+    deepspeed.init_distributed(dist_backend="gloo")  # the models here live on the CPU
     rank, world = deepspeed.comm.get_rank(), deepspeed.comm.get_world_size()
     args.world = world
     actor, reference, reward, critic = models()

@@ -208,8 +208,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if optimizer is None:
         if "optimizer" not in settings:
             # No optimizer anywhere: DeepSpeed's engine then runs forward only (TRL's reference model, an evaluation
-            # copy). The C++ engine is built to train, so it gets a stateless SGD at lr 0 (no optimizer state; its
-            # gradient buffers are still allocated) that the wrapper never lets step: backward and step are refused.
+            # copy). The C++ engine is built forward only (InitOptions.forward_only: at ZeRO-3 no gradient or master
+            # buffers) and gets a stateless SGD at lr 0 that never steps (at stages 0-2 its gradient buffers are
+            # still allocated); backward and step are refused.
             if settings.get("scheduler"):
                 raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")
@@ -231,6 +232,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     options.comm = _C.comm_over(**engine_comm_arguments(group=data_group))
     options.param_groups = [([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups]
     options.untrained_params = {names[id(p)] for p in untrained}
+    # Without an optimizer, ZeRO-3 holds every parameter as a frozen one: its shard of the weights and nothing for
+    # training (ZeRO-Inference, a reference model); the other stages keep the stand-in's buffers (see above).
+    options.forward_only = forward_only
     for field, value in {**model_parallel, **experts}.items():
         setattr(options, field, value)
     tensors = _C.ModelTensors(

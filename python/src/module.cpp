@@ -361,6 +361,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("model_parallel_group", &InitOptions::model_parallel_group)
       .def_readwrite("model_parallel_params", &InitOptions::model_parallel_params)
       .def_readwrite("untrained_params", &InitOptions::untrained_params)
+      .def_readwrite("forward_only", &InitOptions::forward_only)
       .def_readwrite("expert_data_parallel_group", &InitOptions::expert_data_parallel_group)
       .def_readwrite("expert_params", &InitOptions::expert_params);
   m.def("create_engine", &create_engine, py::arg("model"), py::arg("config"), py::arg("config_is_path"),

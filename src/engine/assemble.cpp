@@ -116,18 +116,20 @@ struct SplitModel {
 };
 
 // `partition_frozen` (ZeRO-3): frozen floating parameters (requires_grad false) go to the stage; a parameter that
-// wants a gradient the optimizer does not use (untrained_params) stays whole, as at every other stage.
+// wants a gradient the optimizer does not use (untrained_params) stays whole, as at every other stage. `train` false
+// (InitOptions::forward_only at ZeRO-3): every parameter is taken as frozen, whatever it asks for.
 SplitModel split_model(const ModelTensors& model, const std::set<std::string>& untrained, bool partition_frozen,
-                       EngineModel& held) {
+                       bool train, EngineModel& held) {
   SplitModel split;
   for (const auto& p : model.params) {
-    if (p.tensor.requires_grad() && !untrained.count(p.name)) {
+    const bool frozen = !p.tensor.requires_grad() || !train;
+    if (!frozen && !untrained.count(p.name)) {
       split.params.push_back(p.tensor);
       split.names.push_back(p.name);
       held.params.push_back({p.name, p.tensor.sizes().vec()});
       continue;
     }
-    if (partition_frozen && !p.tensor.requires_grad() && p.tensor.is_floating_point()) {
+    if (partition_frozen && frozen && p.tensor.is_floating_point()) {
       split.frozen.push_back(p.tensor);
       split.frozen_names.push_back(p.name);
     } else {
@@ -418,6 +420,13 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
                              std::vector<PrepartitionedUnit> prepartitioned, EngineModel held,
                              ParallelLayout::Groups groups, ParallelLayout::Names names, int model_expert_parallel) {
   EngineParts parts;
+  // Only ZeRO-3 holds parameters apart from training (frozen ones); there every parameter becomes one, so none is
+  // left wanting a gradient the optimizer does not use. Sliced or expert parameters keep the training layout, which
+  // knows where each sits (frozen ones are held as plain weights).
+  const bool placed = !names.sliced.empty() || !names.slices.empty() || !names.experts.empty();
+  if (options.forward_only && (config.zero.stage != 3 || placed)) options.forward_only = false;
+  if (options.forward_only) options.untrained_params.clear();
+  held.forward_only = options.forward_only;
   for (const auto& name : options.untrained_params) {
     const bool trainable = std::any_of(model.params.begin(), model.params.end(), [&](const NamedTensor& p) {
       return p.name == name && p.tensor.requires_grad();
@@ -430,7 +439,9 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   prepartitioned = adopt_prepartitioned(std::move(prepartitioned), model, options.untrained_params, config,
                                         groups.data.get());
   tune_host_malloc();  // once per process: the host-side blocks every step reuses stay in the heap
-  const auto optimizer_config = config.optimizer ? config.optimizer : options.client_optimizer;
+  auto optimizer_config = config.optimizer ? config.optimizer : options.client_optimizer;
+  // Forward only, nothing steps: a stateless SGD at lr 0 stands in where the program names no optimizer.
+  if (!optimizer_config && options.forward_only) optimizer_config = OptimizerConfig{"SGD", SgdOptions{0.0}};
   if (!optimizer_config) {
     throw ConfigError("optimizer: the config has no \"optimizer\" section and the program passed none; add e.g. "
                       "\"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}");
@@ -445,8 +456,9 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   // The model: cast first, then flatten (the flat buffers are allocated in the compute dtype, the params views).
   held.dtype = to_scalar_type(config.compute_dtype());
   cast_floating(model, held.dtype);
-  SplitModel split = split_model(model, options.untrained_params, config.zero.stage == 3, held);
-  held.device = training_device(split.params, groups.data != nullptr);
+  SplitModel split =
+      split_model(model, options.untrained_params, config.zero.stage == 3, !options.forward_only, held);
+  held.device = training_device(split.params.empty() ? split.frozen : split.params, groups.data != nullptr);
 
   // The data-parallel group: the backend follows the data (NCCL for CUDA parameters, Gloo for CPU ones and ranks
   // sharing a GPU). The log speaks for the run's first rank.

@@ -48,6 +48,12 @@ void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, 
                       bool strict, bool whole_model) {
   std::map<std::string, const ParamEntry*> ours;
   for (const auto& p : params) ours.emplace(p.name, &p);
+  if (params.empty() && !m.params.empty()) {
+    throw CheckpointError(source + ": it holds " + std::to_string(m.params.size()) + " trained parameters ('" +
+                          m.params.front().name + "', ...), and this engine trains none: it was built forward only "
+                          "(initialized without an optimizer, so ZeRO-3 holds every parameter frozen); load it into "
+                          "an engine with an optimizer, or put its weights into the model before initialize");
+  }
   for (const auto& p : m.params) {
     auto it = ours.find(p.name);
     if (it == ours.end()) {

@@ -83,7 +83,7 @@ void Engine::begin_forward() {
 }
 
 void Engine::end_forward(bool will_backward) {
-  stage_->after_forward(will_backward);
+  stage_->after_forward(will_backward && !model_.forward_only);  // forward only: nothing comes back for them
   observer_->forward_ends();
 }
 
@@ -117,7 +117,15 @@ void Engine::backward_from(const std::vector<torch::Tensor>& outputs, const std:
   run_backward([&] { torch::autograd::backward(outputs, grads); });
 }
 
+void Engine::refuse_if_forward_only(const char* call) const {
+  if (model_.forward_only) {
+    throw std::logic_error(std::string("Engine::") + call + ": this engine was built forward only "
+                           "(InitOptions::forward_only: every parameter held frozen, no optimizer); it does not train");
+  }
+}
+
 void Engine::run_backward(const std::function<void()>& autograd) {
+  refuse_if_forward_only("backward");
   fault::kill_point("engine.backward");
   {
     StepObserver::PhaseTimer whole(*observer_, Phase::kBackward);
@@ -133,6 +141,7 @@ void Engine::run_backward(const std::function<void()>& autograd) {
 }
 
 bool Engine::step() {
+  refuse_if_forward_only("step");
   const bool boundary = is_gradient_accumulation_boundary();
   ++progress_.micro_steps;
   if (!boundary) return false;

@@ -72,7 +72,8 @@ void GatheredGroup::read_shard(int64_t offset, torch::Tensor out) const {
   } else if (shard_.defined()) {
     out.copy_(shard_.narrow(0, offset, out.numel()));
   } else {
-    throw std::logic_error("GatheredGroup '" + name_ + "': its shard is kept in a store");
+    out.copy_(store_->acquire(store_index_).front().narrow(0, offset, out.numel()));
+    store_->release(store_index_, /*modified=*/false);
   }
 }
 
@@ -86,13 +87,15 @@ void GatheredGroup::write_shard(int64_t offset, const torch::Tensor& values) {
   } else if (shard_.defined()) {
     shard_.narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
   } else {
-    throw std::logic_error("GatheredGroup '" + name_ + "': its shard is kept in a store");
+    store_->acquire(store_index_).front().narrow(0, offset, values.numel()).copy_(values.reshape({-1}));
+    store_->release(store_index_, /*modified=*/true);
   }
   drop_secondary();
 }
 
 int64_t GatheredGroup::shard_bytes() const {
   if (stored_.values.defined()) return stored_.values.nbytes() + stored_.scales.nbytes();
+  if (store_ != nullptr) return 0;  // in the store's file, not in memory
   return shard_numel_ * element_size_;
 }
 

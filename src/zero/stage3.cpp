@@ -54,14 +54,14 @@ class Stage3 final : public ZeroStage {
                                                     ctx_.comm->world_size(), std::numeric_limits<int64_t>::max());
     }
     match_prepartitioned(model.prepartitioned);
-    const auto& front = params_.front();
+    const auto& front = params_.empty() ? frozen_.front() : params_.front();
     dtype_ = front.scalar_type();
     device_ = front.device();
     const auto& offload = ctx_.param_offload;
     const auto partition_options = offload.offloaded() ? host_options(offload.pin_memory).dtype(front.scalar_type())
                                                        : front.options().requires_grad(false);
     partition_ = torch::empty({layout_->partition_numel()}, partition_options);
-    // Frozen shards stay in memory (host memory when offload_param offloads, also for nvme: nothing writes them).
+    // Frozen shards: host memory when offload_param offloads, and with nvme the store (move_partition_to_store).
     if (frozen_layout_) frozen_partition_ = torch::empty({frozen_layout_->partition_numel()}, partition_options);
     // The gradient hooks before the groups: a parameter's AccumulateGrad node takes the parameter's shape when it is
     // made (and ours keeps it alive), and from build_groups on a parameter of a released group is 0-element.
@@ -190,7 +190,7 @@ class Stage3 final : public ZeroStage {
   void publish_params() override {
     torch::NoGradGuard no_grad;
     if (param_store_) {
-      param_store_->write({{0, 0, master_->params()}});
+      if (trained_groups_ > 0) param_store_->write({{0, 0, master_->params()}});  // else the store is all frozen
     } else if (!master_->params().is_same(partition_)) {
       partition_.copy_(master_->params());
     }
@@ -201,7 +201,7 @@ class Stage3 final : public ZeroStage {
   // Offloaded: each sub-group's values go straight into the shard (nothing to gather until the next forward).
   void publish_range(int64_t begin, const torch::Tensor& values) override {
     torch::NoGradGuard no_grad;
-    if (param_store_) return param_store_->write({{0, begin, values}});
+    if (param_store_) return trained_groups_ > 0 ? param_store_->write({{0, begin, values}}) : void();
     auto target = partition_.narrow(0, begin, values.numel());
     if (target.data_ptr() != values.data_ptr()) target.copy_(values);
   }
@@ -290,14 +290,25 @@ class Stage3 final : public ZeroStage {
  private:
   torch::TensorOptions device_options() const { return torch::TensorOptions().dtype(dtype_).device(device_); }
 
-  // offload_param nvme: every group's shard into the store (its sub-group g), then the partition in memory goes
-  // (the master keeps it only where it is the master itself: fp32 without offload_optimizer).
+  // offload_param nvme: every group's shard into the store (its sub-group g: the trainable ones, then the frozen
+  // unless they are kept quantized), then the partitions in memory go (the master keeps the trainable one only where
+  // it is the master itself: fp32 without offload_optimizer).
   void move_partition_to_store() {
+    const bool frozen_too = frozen_partition_.defined() && frozen_partition_.numel() > 0;
     std::vector<int64_t> sizes;
-    for (const auto& g : layout_->groups()) sizes.push_back(g.shard_numel);
-    param_store_ = ctx_.param_store(sizes, partition_);
-    for (int g = 0; g < trained_groups_; ++g) groups_[g].keep_shard_in(param_store_.get(), g);
+    std::vector<torch::Tensor> initial;
+    const FlatLayout* trained = trained_groups_ > 0 ? layout_.get() : nullptr;
+    const FlatLayout* frozen = frozen_too ? frozen_layout_.get() : nullptr;
+    for (const FlatLayout* layout : {trained, frozen}) {
+      if (layout == nullptr) continue;
+      for (const auto& g : layout->groups()) sizes.push_back(g.shard_numel);
+      initial.push_back(layout == layout_.get() ? partition_ : frozen_partition_);
+    }
+    if (sizes.empty()) return;  // only quantized frozen shards, kept in memory
+    param_store_ = ctx_.param_store(sizes, initial.size() == 1 ? initial.front() : torch::cat(initial));
+    for (size_t g = 0; g < sizes.size(); ++g) groups_[g].keep_shard_in(param_store_.get(), static_cast<int>(g));
     partition_ = torch::Tensor();
+    if (frozen_too) frozen_partition_ = torch::Tensor();
   }
 
   // zero_quantized_nontrainable_weights: each frozen group's shard as int8 blocks (the persistent ones stay exact,
@@ -329,9 +340,10 @@ class Stage3 final : public ZeroStage {
   void order_params(PartitionedModel& model) {
     const size_t kinds = placement_.kind_name.size();
     order_by_kind(model.params, model.names, placement_.kind_of_param, kinds, params_, names_, kinds_);
-    if (params_.empty()) throw std::invalid_argument("ZeRO-3: the model has no trainable parameters");
     order_by_kind(model.frozen, model.frozen_names, placement_.kind_of_frozen, kinds, frozen_, frozen_names_,
                   frozen_kinds_);
+    // Frozen alone is a model held for its forward (InitOptions::forward_only, or a model frozen throughout).
+    if (params_.empty() && frozen_.empty()) throw std::invalid_argument("ZeRO-3: the model has no parameters");
     units_ = std::move(model.units);
   }
 
@@ -416,7 +428,8 @@ class Stage3 final : public ZeroStage {
   // that a regrouped unit is whole only while its own parameters' groups are built.
   void build_groups(std::vector<PrepartitionedUnit>& prepartitioned) {
     torch::NoGradGuard no_grad;
-    trained_groups_ = static_cast<int>(layout_->groups().size());
+    // An empty layout still has one (padding) group; a model held forward only has no trained groups.
+    trained_groups_ = params_.empty() ? 0 : static_cast<int>(layout_->groups().size());
     const int total = trained_groups_ + (frozen_layout_ ? static_cast<int>(frozen_layout_->groups().size()) : 0);
     auto kind_of_group = [&](int g) {
       return is_frozen(g) ? frozen_kinds_[layout_group(g).param_begin] : kinds_[layout_group(g).param_begin];
@@ -644,7 +657,7 @@ class Stage3 final : public ZeroStage {
   void read_ahead() {
     int hinted = 0;
     for (int g : order_.upcoming()) {
-      if (persistent(g) || is_frozen(g) || groups_[g].state() != GatheredGroup::State::kSharded) continue;
+      if (persistent(g) || groups_[g].state() != GatheredGroup::State::kSharded) continue;
       if (hinted++ == kParamReadAhead) break;
       param_store_->prefetch(g);
     }

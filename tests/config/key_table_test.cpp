@@ -329,8 +329,8 @@ std::vector<Row> table() {
       // The hybrid engine: what a training engine's generate() does (Python's DeepSpeedHybridEngine).
       {"hybrid_engine.enabled", true, K::kActs, "python.hybrid_engine",
        [](const Config& c) { return c.hybrid_engine.enabled; }},
-      {"hybrid_engine.max_out_tokens", 64, K::kActs, "python.hybrid_engine",
-       [](const Config& c) { return c.hybrid_engine.max_out_tokens == 64; }},
+      {"hybrid_engine.max_out_tokens", 64, K::kHarmless,
+       "it sizes DeepSpeed's inference kernels' workspace; generate() here runs the model's own forward"},
       {"hybrid_engine.pin_parameters", false, K::kActs, "python.hybrid_engine",
        [](const Config& c) { return !c.hybrid_engine.pin_parameters; }},
       {"hybrid_engine.release_inference_cache", true, K::kHarmless,

@@ -41,10 +41,8 @@ def _engine(**hybrid):
     return dscpp.initialize(model=model, model_parameters=model.parameters(), config=config)[0]
 
 
-def test_a_prompt_longer_than_max_out_tokens_is_refused():
+def test_a_model_without_generate_is_named():
     engine = _engine(max_out_tokens=4)
-    with pytest.raises(RuntimeError, match="a prompt of 5 tokens exceeds max_out_tokens 4"):
-        engine.generate(input_ids=torch.ones(1, 5, dtype=torch.long))
     with pytest.raises(AttributeError, match="Linear has no generate method"):
         engine.generate(input_ids=torch.ones(1, 2, dtype=torch.long))
 

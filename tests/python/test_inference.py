@@ -43,7 +43,7 @@ def test_autotp_finds_each_linears_role():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=63, n_embd=16, n_layer=1, n_head=2))
     the_plan = auto_tp.plan(gpt2, 2)
     assert {n.split(".", 3)[-1]: r for n, r in the_plan.linears.items()} == {
-        "attn.c_attn": "fused_qkv", "attn.c_proj": "row", "mlp.c_fc": "column", "mlp.c_proj": "row"}
+        "attn.c_attn": "fused", "attn.c_proj": "row", "mlp.c_fc": "column", "mlp.c_proj": "row"}
     assert (the_plan.embedding, the_plan.head) == (None, None)  # 63 rows do not divide: the vocabulary stays whole
 
 
@@ -110,7 +110,7 @@ def test_a_prompt_longer_than_max_out_tokens_is_refused():
 def test_zero_inference_streams_the_weights_and_gives_the_whole_models_tokens(device, tmp_path):
     """ZeRO-Inference (zero_inference.py): ZeRO-3 without an optimizer, weights in memory, in host memory or on NVMe,
     2 processes: generate gives the whole model's greedy tokens while never more than one module's weights are
-    gathered at once."""
+    gathered at once, and a rank holds its half of the weights and nothing for training — on NVMe not even that."""
     out = tmp_path / "result.json"
     nvme = tmp_path / "nvme"
     nvme.mkdir()
@@ -119,5 +119,67 @@ def test_zero_inference_streams_the_weights_and_gives_the_whole_models_tokens(de
     assert result["tokens_equal"], result
     memory = result["memory"]
     assert 0 < memory["gathered_peak"] <= result["largest_block_bytes"], result
+    # Forward only: every parameter held as a frozen one, so no gradient partition, fp32 master or optimizer state
+    # (the empty trainable layout keeps one padding element per rank); its weights are all frozen ones, which
+    # memory_breakdown counts among the params too.
+    trained = memory["params"] - memory["frozen"]
+    assert memory["grads"] + memory["master"] + memory["optimizer_state"] + trained <= 16, result
     if device == "nvme":
-        assert memory["params"] == 0, result  # the parameter shards are in the swap file
+        assert memory["frozen"] == 0, result  # the shards are in the swap file
+    else:
+        assert memory["frozen"] == result["model_bytes"] // 2, result  # this rank's half
+
+
+class _Rank:
+    """What slicing reads of a Comm (no collective runs while slicing): rank 1 of 2."""
+    rank, world_size = 1, 2
+
+
+class _Attention(torch.nn.Module):
+    """Phi-3's shape: one fused q|k|v projection under grouped-query attention (4 heads, 2 key/value heads of 8)."""
+
+    def __init__(self):
+        super().__init__()
+        self.config = type("Config", (), {"num_attention_heads": 4, "num_key_value_heads": 2})()
+        self.head_dim = 8
+        self.qkv_proj = torch.nn.Linear(32, (4 + 2 + 2) * 8)
+        self.o_proj = torch.nn.Linear(32, 32)
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self, linear=torch.nn.Linear):
+        super().__init__()
+        self.gate_up_proj = linear(32, 2 * 64)
+        self.down_proj = torch.nn.Linear(64, 32)
+
+
+class _Fused(torch.nn.Module):
+    def __init__(self, linear=torch.nn.Linear):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.ModuleDict({"self_attn": _Attention(), "mlp": _Mlp(linear)})])
+
+
+def test_fused_projections_are_split_per_part():
+    model = _Fused()
+    qkv = model.layers[0]["self_attn"].qkv_proj.weight.detach().clone()
+    gate_up = model.layers[0]["mlp"].gate_up_proj.weight.detach().clone()
+    auto_tp.apply(model, auto_tp.plan(model, 2), _Rank())
+    # Rank 1 of 2: the second half of q's 32 rows, of k's 16 and of v's 16; of gate's 64 and of up's 64.
+    want = torch.cat([qkv[16:32], qkv[40:48], qkv[56:64]])
+    assert torch.equal(model.layers[0]["self_attn"].qkv_proj.weight, want)
+    assert torch.equal(model.layers[0]["mlp"].gate_up_proj.weight, torch.cat([gate_up[32:64], gate_up[96:128]]))
+
+
+def test_what_autotp_cannot_slice_is_named():
+    class QuantizedLinear(torch.nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+    with pytest.raises(ValueError, match="gate_up_proj is a QuantizedLinear, a subclass of nn.Linear"):
+        model = _Fused(QuantizedLinear)
+        auto_tp.apply(model, auto_tp.plan(model, 2), _Rank())
+    model = _Fused()
+    model.layers[0]["self_attn"].W_pack = torch.nn.Linear(32, 96)
+    with pytest.raises(ValueError, match=r"W_pack is a fused projection \(W_pack\) whose layout differs by model"):
+        auto_tp.plan(model, 2)
+    with pytest.raises(ValueError, match=r"injection_policy names \['Linear'\], which is no block of this model"):
+        auto_tp.plan(_Fused(), 2, {torch.nn.Linear: ("o_proj",)})

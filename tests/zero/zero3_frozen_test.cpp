@@ -2,12 +2,16 @@
 // beside them, a block with nothing to train, a frozen input layer outside every unit. The frozen parameters are
 // partitioned like the trainable ones (each rank holds 1/N), gathered with their unit and released in backward
 // once the unit's nodes have run — so at most a couple of blocks are whole at once — and the run equals stage 0 on
-// one process, through a checkpoint saved at one layout and resumed at another.
+// one process, through a checkpoint saved at one layout and resumed at another. An engine built forward only holds
+// every parameter frozen: its shards (here on NVMe) and nothing for training.
 // This binary spawns itself with --worker as each rank (the engine joins from the torchrun-style env).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -127,6 +131,59 @@ int run_worker(int stage, const std::string& load, const std::string& save, bool
   return 0;
 }
 
+// InitOptions::forward_only (ZeRO-Inference): no optimizer in the config, every parameter held frozen, the shards on
+// NVMe under `nvme`. Prints "output <|engine's forward − the same model's forward before initialize|>", the stage's
+// memory ("frozen", "grads", "master", "params"), and the errors of backward and of loading `trained` (a checkpoint
+// with trained parameters).
+int run_forward_only(const std::string& nvme, const std::string& trained) {
+  const auto env = DistEnv::from_env();
+  const nlohmann::json json = {
+      {"train_batch_size", kGlobalBatch},
+      {"zero_optimization",
+       {{"stage", 3},
+        {"stage3_param_persistence_threshold", 0},
+        {"offload_param", {{"device", "nvme"}, {"nvme_path", nvme}}}}}};
+  ConfigOptions options;
+  options.world_size = env.world_size;
+  torch::manual_seed(1);
+  Net net, reference;
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < net->parameters().size(); ++i) reference->parameters()[i].copy_(net->parameters()[i]);
+  }
+  InitOptions init;
+  init.forward_only = true;
+  for (const auto& block : net->blocks) init.gather_units.push_back(block.ptr());
+  auto engine = initialize(net.ptr(), Config::from_string(json.dump(), options), init);
+  auto x = seeded_rows(0, 4, kWidth).first.to(test_device());
+  auto run = [&](Net& m, Engine* e) {
+    auto h = torch::tanh(m->in->forward(x));
+    for (auto& block : m->blocks) h = e ? e->run_unit(*block, [&] { return block->forward(h); }) : block->forward(h);
+    return m->out->forward(h);
+  };
+  torch::Tensor out;
+  auto loss = engine->forward([&] { return (out = run(net, engine.get())).sum(); });
+  const auto want = run(reference, nullptr);
+  std::string backward = "none", load = "none";
+  try {
+    engine->backward(loss);
+  } catch (const std::logic_error& e) {
+    backward = e.what();
+  }
+  try {
+    engine->load_checkpoint(trained);
+  } catch (const CheckpointError& e) {
+    load = e.what();
+  }
+  const auto memory = engine->memory().stage;
+  if (env.rank == 0) {
+    std::cout << "output " << (out - want).abs().max().item<double>() << "\nfrozen " << memory.frozen << "\ngrads "
+              << memory.grads16 << "\nmaster " << memory.master << "\nparams " << memory.params16
+              << "\nwhole " << bytes(*reference) << "\nbackward " << backward << "\nload " << load << std::endl;
+  }
+  return 0;
+}
+
 struct Run {
   std::vector<double> losses;
   std::map<std::string, double> values;
@@ -208,6 +265,27 @@ TEST(Zero3Frozen, QuantizedNontrainableWeightsStoreAQuarterAndTrainClose) {
   EXPECT_NEAR(quantized_sum, sum, 0.05);
 }
 
+TEST(Zero3Frozen, ForwardOnlyHoldsOnlyTheWeightsOnNvmeAndRefusesTraining) {
+  const auto dir = std::filesystem::temp_directory_path() / ("zero3_forward_only_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir / "nvme");
+  run(1, 3, "-", (dir / "trained").string());  // a checkpoint with trained parameters
+  const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const auto ranks = run_ranks(2, self + " --forward-only " + (dir / "nvme").string() + " " + (dir / "trained").string(),
+                               "OMP_NUM_THREADS=1");
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(ranks[0].code, 0) << ranks[0].err;
+  ASSERT_EQ(ranks[1].code, 0) << ranks[1].err;
+  std::map<std::string, std::string> got;
+  std::istringstream in(ranks[0].out);
+  for (std::string key, value; in >> key && std::getline(in, value);) got[key] = value.substr(1);
+  EXPECT_LT(std::stod(got.at("output")), 1e-6);  // the whole model's forward
+  // Nothing in memory for the weights (on NVMe), nothing for training (one padding element of the empty layout).
+  EXPECT_EQ(std::stoll(got.at("frozen")), 0);
+  EXPECT_LE(std::stoll(got.at("grads")) + std::stoll(got.at("master")) + std::stoll(got.at("params")), 16);
+  EXPECT_NE(got.at("backward").find("built forward only"), std::string::npos) << got.at("backward");
+  EXPECT_NE(got.at("load").find("this engine trains none"), std::string::npos) << got.at("load");
+}
+
 TEST(Zero3Frozen, QuantizedNontrainableWeightsBelowStage3AreRefusedNamingTheKey) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
   const auto ranks = run_ranks(1, self + " --worker 2 - - 1", "OMP_NUM_THREADS=1");
@@ -220,6 +298,14 @@ TEST(Zero3Frozen, QuantizedNontrainableWeightsBelowStage3AreRefusedNamingTheKey)
 }  // namespace dscpp::testing
 
 int main(int argc, char** argv) {
+  if (argc == 4 && std::strcmp(argv[1], "--forward-only") == 0) {
+    try {
+      return dscpp::testing::run_forward_only(argv[2], argv[3]);
+    } catch (const std::exception& e) {
+      std::cerr << "worker failed: " << e.what() << std::endl;
+      return 1;
+    }
+  }
   if (argc >= 5 && std::strcmp(argv[1], "--worker") == 0) {
     try {
       return dscpp::testing::run_worker(std::atoi(argv[2]), argv[3], argv[4], argc > 5 && std::atoi(argv[5]) != 0);

@@ -137,7 +137,7 @@ struct PipelineConfig {
 // pin_parameters, ZeRO-3 gathers every parameter once per generate() call instead of each block per forward.
 struct HybridEngineConfig {
   bool enabled = false;
-  int64_t max_out_tokens = 512;          // a prompt longer than this is refused by generate(), as in DeepSpeed
+  int64_t max_out_tokens = 512;          // accepted: it sizes DeepSpeed's inference kernels' workspace, not here
   bool pin_parameters = true;            // ZeRO-3: gather all parameters once per generate() (false: per forward)
   bool release_inference_cache = false;  // accepted either way: nothing gathered outlives a generate() call here
   int64_t tp_gather_partition_size = 8;  // DeepSpeed's layers per gather with inference_tp_size > 1 (refused)

@@ -39,6 +39,7 @@ struct EngineModel {
   std::vector<CheckpointedState::ModuleTensor> module_state;  // frozen parameters and buffers, named
   torch::ScalarType dtype = torch::kFloat32;          // the compute dtype
   torch::Device device{torch::kCPU};                  // where the parameters (and so training) live
+  bool forward_only = false;                          // InitOptions::forward_only took effect: no backward, no step
 };
 
 struct EngineParts {

@@ -238,6 +238,7 @@ class Engine {
   void update(StepReport& report);
   // Around each micro-step's autograd: the stage's hooks and the phase times.
   void run_backward(const std::function<void()>& autograd);
+  void refuse_if_forward_only(const char* call) const;  // std::logic_error for InitOptions::forward_only engines
   // The lines a steps_per_print line is followed by (memory_breakdown: every rank's, in one exchange).
   std::vector<std::string> print_details() const;
 

@@ -63,6 +63,12 @@ struct InitOptions {
   // of ZeRO's partitions, their values unchanged); autograd still fills their .grad. Each must name a trainable
   // parameter (std::invalid_argument otherwise).
   std::set<std::string> untrained_params;
+  // An engine that will not train (DeepSpeed's engine built without an optimizer: a reference model, ZeRO-Inference).
+  // Under ZeRO-3 every floating parameter is then held as a frozen one is — partitioned, with no fp32 master, no
+  // gradient partition and no optimizer state — so a rank holds its shard of the weights and nothing else (with
+  // offload_param, not even that in memory). backward and step are refused (std::logic_error); the optimizer may be
+  // absent. Other stages, and models with sliced or expert parameters, keep their parameters as they would to train.
+  bool forward_only = false;
   // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
   // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
   // layout loads on any other. Its names count as model_parallel_params.

@@ -68,10 +68,10 @@ class GatheredGroup {
   // The shard in memory of its own (not a view of a partition that can then be freed).
   void own_shard() { shard_ = shard_.clone(); }
   // Elements [offset, offset + n) of this rank's shard: read into `out` (n = out.numel()), or set to `values`.
-  // Quantized, a write re-quantizes the shard. Not for a shard kept in a store.
+  // Quantized, a write re-quantizes the shard; kept in a store, the store's sub-group is read or written.
   void read_shard(int64_t offset, torch::Tensor out) const;
   void write_shard(int64_t offset, const torch::Tensor& values);
-  // Bytes this rank's shard takes where it is kept (int8 blocks and scales when quantized).
+  // Bytes this rank's shard takes in memory (int8 blocks and scales when quantized; 0 when kept in a store).
   int64_t shard_bytes() const;
 
   // ZeRO++ hpZ: after the first gather since the values last changed, this rank keeps a secondary shard, its part of

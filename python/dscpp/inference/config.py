@@ -27,7 +27,7 @@ _AT_DEFAULT = {
     "checkpoint": (None, "load the weights into the model (load_state_dict, from_pretrained) before init_inference"),
     "checkpoint_config": ({}, "it is the checkpoint loader's (checkpoint is not supported)"),
     "zero": ({}, "ZeRO-Inference is dscpp.initialize with zero_optimization stage 3 (and offload_param)"),
-    "moe": ({}, "expert-parallel inference is not supported"),
+    "moe": ({}, "expert-parallel inference is not supported"),  # False (DeepSpeed's "no MoE") is taken as {}
     "quant": ({}, "weight and activation quantization at inference is not supported"),
     "min_out_tokens": (1, "it sizes the injected kernels' workspace"),
     "ep_size": (1, "expert-parallel inference is not supported"),
@@ -36,7 +36,8 @@ _AT_DEFAULT = {
 }
 _ALIASES = {"kernel_inject": "replace_with_kernel_inject", "tp": "tensor_parallel", "injection_dict":
             "injection_policy", "max_tokens": "max_out_tokens", "tm": "triangular_masking", "ckpt_config":
-            "checkpoint_config", "args": "config", "min_tokens": "min_out_tokens"}
+            "checkpoint_config", "args": "config", "min_tokens": "min_out_tokens", "expert_group": "ep_group",
+            "expert_mp_group": "ep_mp_group"}
 _TP_KEYS = {"enabled", "tp_size", "tp_group", "mpu", "tp_grain_size"}
 
 
@@ -46,6 +47,8 @@ class InferenceConfig:
 
     def __init__(self, merged):
         d = {_ALIASES.get(k, k): v for k, v in merged.items()}
+        if d.get("moe") is False:
+            d["moe"] = {}
         known = set(_AT_DEFAULT) | {"dtype", "tensor_parallel", "mp_size", "mpu", "replace_with_kernel_inject",
                                     "injection_policy", "injection_policy_tuple", "max_out_tokens",
                                     "keep_module_on_host", "ep_group", "ep_mp_group", "moe_type"}

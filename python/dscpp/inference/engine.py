@@ -24,8 +24,6 @@ class InferenceEngine(torch.nn.Module):
         self.mp_world_size = config.tp_size
         if config.dtype is not None:
             model.to(config.dtype)
-        if not config.keep_module_on_host and torch.cuda.is_available():
-            model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
         self.mp_group = None
         if config.tp_size > 1 or config.mpu is not None or config.tp_group is not None:
             self.mp_group = self._tensor_parallel_group(config)
@@ -33,6 +31,9 @@ class InferenceEngine(torch.nn.Module):
             if comm.world_size > 1:
                 auto_tp.apply(model, auto_tp.plan(model, comm.world_size, config.injection_policy), comm)
             self.mp_world_size = comm.world_size
+        # Sliced first: a GPU receives only its rank's share of the weights.
+        if not config.keep_module_on_host and torch.cuda.is_available():
+            model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))
 
     @staticmethod
     def _tensor_parallel_group(config):

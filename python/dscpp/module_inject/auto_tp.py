@@ -9,15 +9,19 @@ What is sliced, and how (`plan` finds it; `apply` does it):
         parser also decides, the last linear before a norm layer; or the names an injection_policy gives for the
         block's class ({LlamaDecoderLayer: ("self_attn.o_proj", "mlp.down_proj")}), which then are the only ones;
       column-parallel (LinearLayer): every other one (q, k, v, up, gate, fc1), its output left split by heads or
-        hidden units for the row-parallel layer after it. A fused q|k|v projection (GPT-2's c_attn, qkv_proj) is
-        split per third, so each rank keeps its heads of q, of k and of v.
+        hidden units for the row-parallel layer after it. A fused projection is split per part, so each rank keeps
+        its heads of q, of k and of v (GPT-2's c_attn in thirds; qkv_proj by its config's head counts) or its share
+        of gate and of up (gate_up_proj); other fused layouts (W_pack, Wqkv, query_key_value) are refused.
+    Only nn.Linear and Conv1D themselves are sliced; a subclass (a quantized linear) is an error naming it. With an
+    injection_policy only the block classes it names are sliced.
     A module owning a column-parallel linear has its head and width counts (num_heads, num_key_value_heads,
     split_size, embed_dim, …) divided by the size, as DeepSpeed's update_mp_params does, so its forward reshapes
     its share of the heads.
   - The vocabulary: the input embedding (model.get_input_embeddings(), else an nn.Embedding named embed_tokens, wte
     or word_embeddings) and the output head (lm_head, embed_out, or a linear with as many outputs as the embedding
     has rows) are split over the vocabulary when it divides by the size — the head's logits all-gathered, so
-    generate sees them whole; a tied pair stays tied. Otherwise both stay whole on every rank.
+    generate sees them whole; a tied pair stays tied. Otherwise — or when the embedding is a subclass with a forward
+    of its own (Gemma's scaled one) — both stay whole on every rank.
   - Anything else (norms, position embeddings, linears outside the blocks) stays whole.
 Sizes that do not divide (heads, widths) are errors naming the layer and the numbers."""
 import torch
@@ -26,7 +30,8 @@ from .layers import LinearAllreduce, LinearLayer, VocabParallelEmbedding, is_con
 
 ROW_NAMES = ("o_proj", "out_proj", "down_proj", "c_proj", "dense_4h_to_h", "fc2", "w2", "wo")
 ROW_SUFFIXES = ("attention.dense", "attention.output.dense", "output.dense")
-FUSED_QKV_NAMES = ("c_attn", "qkv_proj")
+FUSED_NAMES = ("c_attn", "qkv_proj", "gate_up_proj")  # fused projections whose layout is known (_parts)
+UNKNOWN_FUSED_NAMES = ("W_pack", "Wqkv", "query_key_value")  # fused per model in ways AutoTP here does not know
 NORM_NAMES = ("LayerNorm", "layer_norm", "ln_1", "ln_2", "ln_f", "norm")
 HEAD_NAMES = ("lm_head", "embed_out")
 EMBEDDING_NAMES = ("embed_tokens", "wte", "word_embeddings")
@@ -36,7 +41,16 @@ SHARDED_ATTRIBUTES = ("num_heads", "n_heads", "num_attention_heads", "num_key_va
 
 
 def is_linear(module):
+    """A linear AutoTP may see: nn.Linear or HF's Conv1D, or a subclass (checked by _check_slicable)."""
     return isinstance(module, torch.nn.Linear) or is_conv1d(module)
+
+
+def _check_slicable(name, module):
+    """Only nn.Linear and Conv1D themselves are sliced: a subclass (a quantized linear, an adapter wrapper) has a
+    forward of its own that the sliced layer would drop."""
+    if type(module) is not torch.nn.Linear and not is_conv1d(module):
+        raise ValueError(f"AutoTP: {name} is a {type(module).__name__}, a subclass of nn.Linear with a forward of its "
+                         "own, which slicing would drop; AutoTP slices nn.Linear and Conv1D layers only")
 
 
 def _is_norm(name, module):
@@ -75,7 +89,7 @@ def _row_linears(block, policy):
 
 
 class Plan:
-    """What AutoTP slices: {qualified name: "row" | "column" | "fused_qkv"} for the blocks' linears, and the
+    """What AutoTP slices: {qualified name: "row" | "column" | "fused"} for the blocks' linears, and the
     vocabulary pair (embedding name, head name; None where there is none or the vocabulary stays whole)."""
 
     def __init__(self):
@@ -93,6 +107,12 @@ def plan(model, size, injection_policy=None):
         raise ValueError(f"AutoTP: {type(model).__name__} has no nn.ModuleList of blocks, so no transformer layers "
                          "were found to slice; give injection_policy={BlockClass: (names of its row-parallel "
                          "linears)} for a model whose blocks are in one")
+    if injection_policy:
+        missing = [c.__name__ for c in injection_policy if not any(type(b) is c for _, b in found)]
+        if missing:
+            raise ValueError(f"AutoTP: injection_policy names {missing}, which is no block of this model (its "
+                             f"blocks: {sorted({type(b).__name__ for _, b in found})})")
+        found = [(n, b) for n, b in found if type(b) in injection_policy]  # only the named classes are sliced
     for block_name, block in found:
         rows = _row_linears(block, injection_policy)
         linears = {name for name, m in block.named_modules() if is_linear(m)}
@@ -101,8 +121,11 @@ def plan(model, size, injection_policy=None):
             raise ValueError(f"AutoTP: injection_policy names {sorted(missing)} for {type(block).__name__}, which "
                              f"has no such linear (its linears: {sorted(linears)})")
         for name in sorted(linears):
-            role = "row" if name in rows else ("fused_qkv" if name.rsplit(".", 1)[-1] in FUSED_QKV_NAMES
-                                               else "column")
+            last = name.rsplit(".", 1)[-1]
+            if last in UNKNOWN_FUSED_NAMES:
+                raise ValueError(f"AutoTP: {block_name}.{name} is a fused projection ({last}) whose layout differs "
+                                 "by model; AutoTP here slices c_attn, qkv_proj and gate_up_proj fused layers only")
+            role = "row" if name in rows else ("fused" if last in FUSED_NAMES else "column")
             result.linears[f"{block_name}.{name}"] = role
     result.embedding, result.head = _vocabulary(model, size)
     return result
@@ -115,13 +138,16 @@ def _vocabulary(model, size):
     if embedding_name is None:
         embedding_name = next((n for n, m in modules.items()
                                if isinstance(m, torch.nn.Embedding) and n.rsplit(".", 1)[-1] in EMBEDDING_NAMES), None)
-    if embedding_name is None:
+    # Only nn.Embedding itself is split: a subclass (Gemma's scaled embedding) has a forward of its own.
+    if embedding_name is None or type(modules[embedding_name]) is not torch.nn.Embedding:
         return None, None
     vocab = modules[embedding_name].num_embeddings
     head_name = next((n for n, m in modules.items() if is_linear(m) and n.rsplit(".", 1)[-1] in HEAD_NAMES), None)
     if head_name is None:
         head_name = next((n for n, m in modules.items() if isinstance(m, torch.nn.Linear) and m.out_features == vocab
                           and not any(n.startswith(b + ".") for b, _ in blocks(model))), None)
+    if head_name is not None and type(modules[head_name]) is not torch.nn.Linear and not is_conv1d(modules[head_name]):
+        head_name = None  # a head of its own kind stays whole (the logits then come out whole on every rank)
     if vocab % size != 0:
         return None, None  # the vocabulary stays whole on every rank
     return embedding_name, head_name
@@ -132,15 +158,45 @@ def _set(model, name, module):
     setattr(model.get_submodule(parent) if parent else model, last, module)
 
 
-def _check_divides(name, module, role, size, head_dim):
+def _head_dim(owner):
+    head_dim = getattr(owner, "head_dim", None)
+    return head_dim if isinstance(head_dim, int) and not isinstance(head_dim, bool) else None
+
+
+def _parts(name, module, owner):
+    """The row counts of a fused projection's parts, in order (its output rows split into them), or None for a plain
+    column-parallel linear: c_attn q|k|v in equal thirds (GPT-2), gate_up_proj gate|up in halves, qkv_proj q|k|v by
+    the owner's head counts (grouped-query attention makes k and v smaller than q)."""
+    rows = linear_weight(module).shape[0]
+    last = name.rsplit(".", 1)[-1]
+    if last == "gate_up_proj":
+        return [rows // 2, rows - rows // 2]
+    config = getattr(owner, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    if last == "qkv_proj" and heads and _head_dim(owner):
+        q, kv = heads * _head_dim(owner), kv_heads * _head_dim(owner)
+        if q + 2 * kv != rows:
+            raise ValueError(f"AutoTP: {name} has {rows} output rows, not q {q} + k {kv} + v {kv} from its "
+                             f"config's {heads} heads and {kv_heads} key/value heads of {_head_dim(owner)}")
+        return [q, kv, kv]
+    return [rows // 3] * 3
+
+
+def _check_divides(name, module, role, size, owner):
+    """Each part a rank's slice is cut from must divide over the size — in whole heads where the owner says how
+    large a head is (its head_dim)."""
+    _check_slicable(name, module)
     weight = linear_weight(module)
-    dim, what = (1, "in_features") if role == "row" else (0, "out_features")
-    width = weight.shape[dim] // (3 if role == "fused_qkv" else 1)
-    unit = size * (head_dim or 1)
-    if width % unit != 0:
-        raise ValueError(f"AutoTP: {name} has {what} {weight.shape[dim]}"
-                         f"{' (3 fused parts)' if role == 'fused_qkv' else ''}, which does not divide over "
-                         f"tensor_parallel.tp_size {size}" + (f" in whole heads of {head_dim}" if head_dim else ""))
+    if role == "row":
+        parts, what, unit = [weight.shape[1]], "in_features", 1
+    else:
+        parts = _parts(name, module, owner) if role == "fused" else [weight.shape[0]]
+        what = "out_features" + (f" (fused parts {parts})" if role == "fused" else "")
+        unit = 1 if name.endswith("gate_up_proj") else (_head_dim(owner) or 1)
+    if any(part % (size * unit) != 0 for part in parts) or sum(parts) != weight.shape[1 if role == "row" else 0]:
+        raise ValueError(f"AutoTP: {name} has {what} {weight.shape[1 if role == 'row' else 0]}, which does not divide "
+                         f"over tensor_parallel.tp_size {size}" + (f" in whole heads of {unit}" if unit > 1 else ""))
 
 
 def apply(model, the_plan, comm):
@@ -148,10 +204,10 @@ def apply(model, the_plan, comm):
     is checked first, so a model that cannot be sliced is left as it was."""
     size = comm.world_size
     modules = dict(model.named_modules())
+    owner_of = {name: modules[name.rpartition(".")[0]] for name in the_plan.linears}
     owners = {name.rpartition(".")[0] for name, role in the_plan.linears.items() if role != "row"}
     for name, role in the_plan.linears.items():
-        head_dim = getattr(modules[name.rpartition(".")[0]], "head_dim", None) if role != "row" else None
-        _check_divides(name, modules[name], role, size, head_dim if isinstance(head_dim, int) else None)
+        _check_divides(name, modules[name], role, size, owner_of[name])
     for parent in owners:
         _divide_counts(modules[parent], size, parent, check_only=True)
     if the_plan.embedding is not None and modules[the_plan.embedding].max_norm is not None:
@@ -162,7 +218,8 @@ def apply(model, the_plan, comm):
         if role == "row":
             _set(model, name, LinearAllreduce.sliced(module, comm))
         else:
-            _set(model, name, LinearLayer.sliced(module, comm, fused_parts=3 if role == "fused_qkv" else 1))
+            parts = _parts(name, module, owner_of[name]) if role == "fused" else None
+            _set(model, name, LinearLayer.sliced(module, comm, parts=parts))
     for parent in owners:
         _divide_counts(modules[parent], size, parent)
     _apply_vocabulary(model, modules, the_plan, comm)

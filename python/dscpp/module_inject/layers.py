@@ -32,9 +32,10 @@ def _own(t):
 
 
 def _rows(t, rank, size, parts):
-    """Rank's rows of `t` split along dim 0 into `parts` equal blocks, each split over `size` ranks: for a fused
-    q|k|v projection (parts 3) rank r takes its heads of q, of k and of v."""
-    return torch.cat([block.chunk(size, dim=0)[rank] for block in t.chunk(parts, dim=0)], dim=0)
+    """Rank's rows of `t`: split along dim 0 into blocks of `parts` rows (None: one block), each split over `size`
+    ranks — for a fused q|k|v projection rank r takes its heads of q, of k and of v."""
+    blocks = t.split(parts, dim=0) if parts else [t]
+    return torch.cat([block.chunk(size, dim=0)[rank] for block in blocks], dim=0)
 
 
 class LinearLayer(torch.nn.Module):
@@ -46,11 +47,11 @@ class LinearLayer(torch.nn.Module):
         self.gather_output = gather_output
 
     @classmethod
-    def sliced(cls, module, comm, fused_parts=1, gather_output=False):
-        """`module`'s (nn.Linear or Conv1D) output rows for this rank; fused_parts 3 for a q|k|v projection."""
+    def sliced(cls, module, comm, parts=None, gather_output=False):
+        """`module`'s (nn.Linear or Conv1D) output rows for this rank; `parts`: a fused projection's row counts."""
         rank, size = comm.rank, comm.world_size
-        weight = _rows(linear_weight(module), rank, size, fused_parts)
-        bias = None if module.bias is None else _rows(module.bias, rank, size, fused_parts)
+        weight = _rows(linear_weight(module), rank, size, parts)
+        bias = None if module.bias is None else _rows(module.bias, rank, size, parts)
         return cls(weight, bias, comm, gather_output)
 
     def forward(self, x):

@@ -16,9 +16,10 @@ call, so each token costs one matmul per layer, and unfused after (ZeRO-3 withou
 weights are not whole). The weights they change are copied first and copied back after, so training resumes on
 exactly the weights it had — an unfuse by subtraction would round them.
 
-As DeepSpeed's hybrid engine does, initialization gives every rank rank 0's random state, so sampling draws the same
-numbers on every rank. Not here: DeepSpeed's inference kernels and their workspace (release_inference_cache changes
-nothing: nothing outlives a call), a tensor-parallel generation layout (inference_tp_size > 1 is refused)."""
+As DeepSpeed's hybrid engine does, initialization gives every rank rank 0's random state (the GPU's under NCCL, the
+CPU's otherwise), so sampling draws the same numbers on every rank. Not here: DeepSpeed's inference kernels and their
+workspace (max_out_tokens, which sizes it, and release_inference_cache change nothing: nothing outlives a call), a
+tensor-parallel generation layout (inference_tp_size > 1 is refused)."""
 import contextlib
 
 import torch
@@ -28,27 +29,30 @@ from ..engine import DeepSpeedEngine
 from ..zero.gathered import GatheredParameters
 
 
+def _share_random_state():
+    """Rank 0's random state on every rank: the current GPU's when the default group is NCCL's (which carries only
+    GPU tensors, and the GPU's generator is what sampling there draws from), the CPU's otherwise."""
+    if not dist.is_initialized() or dist.get_world_size() == 1:
+        return
+    on_gpu = dist.get_backend() == "nccl"
+    state = torch.cuda.get_rng_state().cuda() if on_gpu else torch.get_rng_state()
+    dist.broadcast(state, 0)
+    (torch.cuda.set_rng_state if on_gpu else torch.set_rng_state)(state.cpu())
+
+
 class DeepSpeedHybridEngine(DeepSpeedEngine):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         settings = self._engine.hybrid_engine
-        self._max_out_tokens = settings["max_out_tokens"]
         self.gather_all_layers = settings["pin_parameters"]  # DeepSpeed's attribute name
         self.Z3_enabled = self.zero_optimization_stage() == 3
         self.is_lora_fused = False
         self._lora_saved = []  # [(parameter, its data before the fuse)]
-        if dist.is_initialized() and dist.get_world_size() > 1:
-            state = torch.get_rng_state()
-            dist.broadcast(state, 0)
-            torch.set_rng_state(state)
+        _share_random_state()
 
     def generate(self, *inputs, **kwargs):
         """The model's generate (Hugging Face's), over weights gathered once for the call (see the module
-        docstring). A prompt longer than hybrid_engine.max_out_tokens is refused, as DeepSpeed refuses it."""
-        ids = kwargs.get("input_ids", inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None)
-        if ids is not None and ids.shape[-1] > self._max_out_tokens:
-            raise RuntimeError(f"hybrid_engine: a prompt of {ids.shape[-1]} tokens exceeds max_out_tokens "
-                               f"{self._max_out_tokens} (the config's hybrid_engine.max_out_tokens)")
+        docstring)."""
         if not hasattr(self.module, "generate"):
             raise AttributeError(f"{type(self.module).__name__} has no generate method")
         whole = self._whole_weights() if self.Z3_enabled and self.gather_all_layers else contextlib.nullcontext()
@@ -80,11 +84,11 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
         """Each LoRA layer's fuse_lora_weight(), its parameters' values kept to be restored by unfuse_lora_weight."""
         if self.is_lora_fused:
             return
+        self.is_lora_fused = True  # first: a fuse that fails halfway is still undone by unfuse_lora_weight
         with torch.no_grad():
             for module in self._lora_modules():
                 self._lora_saved += [(p, p.data.clone()) for p in module.parameters(recurse=False)]
                 module.fuse_lora_weight()
-        self.is_lora_fused = True
 
     def unfuse_lora_weight(self):
         """Each LoRA layer's unfuse_lora_weight(), then its parameters' values before the fuse, exactly."""

@@ -58,9 +58,9 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
         whole = self._whole_weights() if self.Z3_enabled and self.gather_all_layers else contextlib.nullcontext()
         with torch.no_grad(), whole:
             fuse = not self.Z3_enabled or self.gather_all_layers
-            if fuse:
-                self.fuse_lora_weight()
             try:
+                if fuse:
+                    self.fuse_lora_weight()
                 return self.module.generate(*inputs, **kwargs)
             finally:
                 if fuse:

@@ -9,28 +9,22 @@ import argparse
 import time
 
 import torch
-import transformers
 
 import dscpp
+import llama  # bench/generation/llama.py: the shared model
 
 p = argparse.ArgumentParser()
 p.add_argument("--tp", type=int, default=1)
 p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--new_tokens", type=int, default=32)
-p.add_argument("--layers", type=int, default=8)
-p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--batch", type=int, default=4)
-p.add_argument("--local_rank", type=int, default=0)  # passed by the launcher
+llama.add_arguments(p)
 args = p.parse_args()
 
-torch.manual_seed(0)
-model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-    vocab_size=8000, hidden_size=args.hidden, intermediate_size=(args.hidden * 8 // 3 + 63) // 64 * 64, num_hidden_layers=args.layers,
-    num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256, pad_token_id=0))
-model.eval()
+model = llama.make(args)
 if args.tp > 1:
     model = dscpp.init_inference(model, dtype=torch.float32, tensor_parallel={"tp_size": args.tp})
-prompt = torch.randint(1, 8000, (args.batch, 16), generator=torch.Generator().manual_seed(1))
+prompt = torch.randint(1, llama.VOCAB, (args.batch, 16), generator=torch.Generator().manual_seed(1))
 
 
 def tokens_per_second():

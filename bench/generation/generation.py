@@ -10,30 +10,25 @@ import statistics
 import time
 
 import torch
-import transformers
 
 import dscpp
+import llama  # bench/generation/llama.py: the shared model
 
 p = argparse.ArgumentParser()
 p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--new_tokens", type=int, default=32)
-p.add_argument("--layers", type=int, default=8)
-p.add_argument("--hidden", type=int, default=512)
 p.add_argument("--batch", type=int, default=1)
-p.add_argument("--local_rank", type=int, default=0)  # passed by the launcher, as DeepSpeed's passes it
+llama.add_arguments(p)
 args = p.parse_args()
 
 dscpp.init_distributed(dist_backend="gloo")
-torch.manual_seed(0)
-model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-    vocab_size=8000, hidden_size=args.hidden, intermediate_size=(args.hidden * 8 // 3 + 63) // 64 * 64, num_hidden_layers=args.layers,
-    num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256, pad_token_id=0))
+model = llama.make(args)
 elements = sum(p.numel() for p in model.parameters())
 config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}},
           "zero_optimization": {"stage": 3}, "hybrid_engine": {"enabled": True}}
 engine, _, _, _ = dscpp.initialize(model=model, model_parameters=model.parameters(), config=config)
 engine.eval()
-prompt = torch.randint(1, 8000, (args.batch, 16), generator=torch.Generator().manual_seed(1))
+prompt = torch.randint(1, llama.VOCAB, (args.batch, 16), generator=torch.Generator().manual_seed(1))
 
 
 def tokens_per_second(pin):

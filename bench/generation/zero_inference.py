@@ -10,34 +10,27 @@ import statistics
 import time
 
 import torch
-import transformers
 
 import dscpp
+import llama  # bench/generation/llama.py: the shared model
 
 p = argparse.ArgumentParser()
 p.add_argument("--nvme_path", required=True)
 p.add_argument("--rounds", type=int, default=3)
 p.add_argument("--new_tokens", type=int, default=16)
-p.add_argument("--layers", type=int, default=8)
-p.add_argument("--hidden", type=int, default=512)
-p.add_argument("--local_rank", type=int, default=0)  # passed by the launcher
+llama.add_arguments(p)
 args = p.parse_args()
 
 dscpp.init_distributed(dist_backend="gloo")
 engines = {}
 for where in ("memory", "nvme"):
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        vocab_size=8000, hidden_size=args.hidden, intermediate_size=(args.hidden * 8 // 3 + 63) // 64 * 64,
-        num_hidden_layers=args.layers, num_attention_heads=8, num_key_value_heads=8, max_position_embeddings=256,
-        pad_token_id=0))
-    model.eval()
+    model = llama.make(args)
     zero = {"stage": 3, "stage3_max_live_parameters": 1, "stage3_max_reuse_distance": 0}
     if where == "nvme":
         zero["offload_param"] = {"device": "nvme", "nvme_path": args.nvme_path}
     engines[where] = dscpp.initialize(model=model, config={"train_micro_batch_size_per_gpu": 1,
                                                             "zero_optimization": zero})[0]
-prompt = torch.randint(1, 8000, (1, 16), generator=torch.Generator().manual_seed(1))
+prompt = torch.randint(1, llama.VOCAB, (1, 16), generator=torch.Generator().manual_seed(1))
 
 
 def tokens_per_second(where):

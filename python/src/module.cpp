@@ -228,7 +228,6 @@ PYBIND11_MODULE(_C, m) {
                                const HybridEngineConfig& h = e.config().hybrid_engine;
                                py::dict d;
                                d["enabled"] = h.enabled;
-                               d["max_out_tokens"] = h.max_out_tokens;
                                d["pin_parameters"] = h.pin_parameters;
                                return d;
                              })

@@ -48,6 +48,7 @@ BENCHES=(
   "moe|2|8|bench/moe/run.sh $BUILD"
   "pipeline|4|8|bench/pipeline/run.sh $BUILD"
   "generation|3|8|bench/generation/run.sh $BUILD"
+  "compression|4|4|bench/compression/run.sh $BUILD"
   "soak|3|8|bench/soak/run.sh $BUILD"
   "scale_demo|25|0|bench/scale_demo/run.sh $BUILD"
 )

@@ -124,11 +124,14 @@ class Gpt(nn.Module):
         self.ln_f = nn.LayerNorm(n_embd, eps=1e-5)
         init_gpt2(self.ln_f, n_layer)
 
-    def forward(self, idx, targets):  # (B, T) int64 -> mean next-token cross-entropy, in fp32
+    def forward(self, idx, targets=None):  # (B, T) int64 -> mean next-token cross-entropy, in fp32
+        """The loss; without `targets`, the logits (B, T, V) (a distillation's student and teacher)."""
         x = self.wte(idx) + self.wpe(torch.arange(idx.size(1), device=idx.device))
         for block in self.h:
             x = block(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
+        if targets is None:
+            return logits
         loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)).float(), targets.reshape(-1))
         aux = None  # the MoE blocks' load-balancing losses, summed in block order, as gpt.cpp's moe_aux_loss
         for block in self.h:

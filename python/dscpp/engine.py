@@ -87,6 +87,9 @@ class DeepSpeedEngine:
         # engine shows: that one, or initialize's view of the config's schedule (which the C++ engine steps and saves).
         self._client_scheduler = client_scheduler
         self.lr_scheduler = client_scheduler
+        # DeepSpeed Compression's schedule (dscpp.compression.scheduler), when the model went through
+        # init_compression; initialize attaches it, and step() moves it on.
+        self.compression_scheduler = None
         self._follow_client_lrs()
         self._show_schedule_lrs()
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -128,6 +131,8 @@ class DeepSpeedEngine:
 
     def forward(self, *args, **kwargs):
         """The module's forward; its outputs are returned as they are."""
+        if self.compression_scheduler is not None and self.global_steps == 0:
+            self.compression_scheduler.on_forward()  # techniques at schedule_offset 0 act from the first forward
         self._engine.begin_forward()
         checkpointing._active.append(self)  # checkpointing.checkpoint inside the forward uses this engine
         self._in_forward = True
@@ -206,6 +211,8 @@ class DeepSpeedEngine:
         applied = self._engine.step()  # false off the boundary, and for a step skipped on overflow
         if boundary:
             self._show_schedule_lrs()
+        if self.compression_scheduler is not None and boundary and applied:
+            self.compression_scheduler.on_step(self.global_steps - self.skipped_steps)
         if self._client_scheduler is not None and boundary and applied:
             with warnings.catch_warnings():
                 # torch warns when optimizer.step() did not run first; it did, in the C++ engine, out of its sight.

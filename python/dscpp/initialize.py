@@ -235,6 +235,7 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # Without an optimizer, ZeRO-3 holds every parameter as a frozen one: its shard of the weights and nothing for
     # training (ZeRO-Inference, a reference model); the other stages keep the stand-in's buffers (see above).
     options.forward_only = forward_only
+    compression, options.compression_applied = _compression_schedule(model, settings)
     for field, value in {**model_parallel, **experts}.items():
         setattr(options, field, value)
     tensors = _C.ModelTensors(
@@ -258,6 +259,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
                            param_groups=[params for params, _, _ in groups], param_names=names,
                            zero3_units=units if engine.zero_stage == 3 else None,
                            forward_only=forward_only, data_parallel_group=data_group)
+    if compression is not None:
+        _check_moq(compression, engine)
+        wrapper.compression_scheduler = compression
     if scheduler_maker is not None:
         wrapper._make_client_scheduler(scheduler_maker)
         client_scheduler = wrapper.lr_scheduler
@@ -266,3 +270,39 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
         scheduler = lr_schedules.engine_scheduler(wrapper, resolved["scheduler"], resolved.get("optimizer") or {})
         wrapper.lr_scheduler = scheduler
     return wrapper, wrapper.optimizer, loader, scheduler
+
+
+def _compression_schedule(model, settings):
+    """(DeepSpeed Compression's schedule or None, whether the model went through init_compression) when the config
+    switches something on; (None, False) otherwise. A config that switches something on for a model that did not go
+    through init_compression is refused: DeepSpeed would train it uncompressed."""
+    section = settings.get("compression_training")
+    if not section:
+        return None, False
+    from .compression import scheduler
+    from .compression.compress import compression_config
+    config = compression_config({"compression_training": section})
+    techniques = [t for t in scheduler.TECHNIQUES if config[t]["shared_parameters"]["enabled"]]
+    switched_on = techniques + (["layer_reduction"] if config["layer_reduction"]["enabled"] else [])
+    if not switched_on:
+        return None, False
+    if not any(hasattr(m, "_dscpp_compression") for m in model.modules()):
+        raise _C.ConfigError(f"compression_training: {', '.join(switched_on)} switched on, but the model did not go "
+                             f"through dscpp.compression.init_compression(model, config), which makes its layers "
+                             f"compression-aware; call it before initialize (without it the model would train "
+                             f"uncompressed)")
+    return (scheduler.compression_scheduler(model, config) if techniques else None), True
+
+
+def _check_moq(compression, engine):
+    """MoQ quantizes the model's weights in place after each step, which needs an fp32 master apart from them
+    (fp16 / bf16) and whole weights in the module (ZeRO 0-2)."""
+    if not compression._moq:
+        return
+    key = "compression_training.weight_quantization.shared_parameters.quantize_weight_in_forward"
+    if engine.compute_dtype == "Float":
+        raise _C.ConfigError(f"{key} = false (MoQ: weights quantized after each step) needs fp16 or bf16, where the "
+                             f"fp32 master weights stay unquantized; set it true to quantize in the forward instead")
+    if engine.zero_stage == 3:
+        raise _C.ConfigError(f"{key} = false (MoQ) quantizes whole weights, which ZeRO-3 partitions; use stage 0-2 "
+                             f"or set it true to quantize in the forward")

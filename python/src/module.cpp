@@ -121,6 +121,7 @@ py::dict step_report(const StepReport& r) {
 
 }  // namespace
 
+void bind_compression(py::module_& m);  // compression.cpp
 void bind_moe(py::module_& m);       // moe.cpp
 void bind_parallel(py::module_& m);  // parallel.cpp
 void bind_schedule(py::module_& m);  // schedule.cpp
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("world_size", &Comm::world_size);
   m.def("comm_over", &comm_from, py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
+  bind_compression(m);
   bind_moe(m);
   bind_parallel(m);
   bind_schedule(m);
@@ -361,6 +363,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("model_parallel_params", &InitOptions::model_parallel_params)
       .def_readwrite("untrained_params", &InitOptions::untrained_params)
       .def_readwrite("forward_only", &InitOptions::forward_only)
+      .def_readwrite("compression_applied", &InitOptions::compression_applied)
       .def_readwrite("expert_data_parallel_group", &InitOptions::expert_data_parallel_group)
       .def_readwrite("expert_params", &InitOptions::expert_params);
   m.def("create_engine", &create_engine, py::arg("model"), py::arg("config"), py::arg("config_is_path"),

@@ -168,7 +168,12 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
                       "deepspeed.cpp; remove the key or set it false");
   }
   // DeepSpeed features this engine does not have: fine while off, an error when switched on.
-  root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "compression_training", "data_efficiency",
+  // Only when present, so that a config without it resolves without DeepSpeed Compression's many defaults.
+  if (root.has("compression_training")) {
+    JsonReader compression = root.section("compression_training");
+    config.compression = parse_compression(compression);
+  }
+  root.accept_if_disabled({"amp", "sparse_gradients", "elasticity", "data_efficiency",
                            "curriculum_learning", "autotuning", "nebula", "eigenvalue", "progressive_layer_drop",
                            "quantize_training", "compile", "weight_quantization", "comet",
                            "torch_autocast"});

@@ -219,6 +219,12 @@ void JsonReader::rename(const std::string& old_key, const std::string& key) {
   object_.erase(old_key);
 }
 
+std::vector<std::string> JsonReader::keys() const {
+  std::vector<std::string> out;
+  for (auto it = object_.begin(); it != object_.end(); ++it) out.push_back(it.key());
+  return out;
+}
+
 JsonReader JsonReader::section(const std::string& key) {
   const nlohmann::json* value = lookup(key);
   if (value == nullptr || value->is_null()) object_[key] = nlohmann::json::object();

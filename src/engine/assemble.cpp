@@ -423,6 +423,11 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   // Only ZeRO-3 holds parameters apart from training (frozen ones); there every parameter becomes one, so none is
   // left wanting a gradient the optimizer does not use. Sliced or expert parameters keep the training layout, which
   // knows where each sits (frozen ones are held as plain weights).
+  if (config.compression.any_enabled() && !options.compression_applied) {
+    throw ConfigError("compression_training: switched on, but this program does not apply it (DeepSpeed Compression "
+                      "acts on the model's modules: from Python, dscpp.compression.init_compression before "
+                      "dscpp.initialize; gpt-train does not have it yet); remove the section or switch it off");
+  }
   const bool placed = !names.sliced.empty() || !names.slices.empty() || !names.experts.empty();
   if (options.forward_only && (config.zero.stage != 3 || placed)) options.forward_only = false;
   if (options.forward_only) options.untrained_params.clear();

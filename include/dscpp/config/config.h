@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dscpp/config/batch.h"
+#include "dscpp/config/compression.h"
 #include "dscpp/config/config_error.h"
 #include "dscpp/optim/options.h"
 #include "dscpp/precision/loss_scaler.h"
@@ -212,6 +213,7 @@ struct Config {
   int tensor_parallel_size = 1;
   PipelineConfig pipeline;
   HybridEngineConfig hybrid_engine;
+  CompressionConfig compression;        // "compression_training" (python/dscpp/compression acts on it)
 
   // The compute (model) dtype: fp16, bf16 or fp32.
   DType compute_dtype() const;

@@ -61,6 +61,11 @@ class JsonReader {
 
   // A nested object; absent or null becomes {} (written out, so defaults appear in the resolved config).
   JsonReader section(const std::string& key);
+  // The value at `key` as it is (marked known), or nullptr when absent: for shapes the typed getters do not cover
+  // (lists of lists), which the caller checks itself and reports with fail().
+  const nlohmann::json* raw(const std::string& key) { return lookup(key); }
+  // The object's keys in order: for sections whose keys are names the user chooses (compression's groups).
+  std::vector<std::string> keys() const;
 
   // Keys DeepSpeed accepts that we read elsewhere or ignore: known, so they draw no warning.
   void accept(const std::vector<std::string>& keys);

@@ -69,6 +69,10 @@ struct InitOptions {
   // offload_param, not even that in memory). backward and step are refused (std::logic_error); the optimizer may be
   // absent. Other stages, and models with sliced or expert parameters, keep their parameters as they would to train.
   bool forward_only = false;
+  // The program acts on the config's "compression_training" (Python: initialize attaches dscpp.compression's
+  // schedule to the engine's steps). The engine itself does not touch the model's modules, so without this a config
+  // with a compression technique switched on is refused naming the key rather than trained uncompressed.
+  bool compression_applied = false;
   // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
   // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
   // layout loads on any other. Its names count as model_parallel_params.

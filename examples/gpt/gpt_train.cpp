@@ -80,6 +80,7 @@ struct Args {
   std::string metrics;
   std::string save_16bit;
   std::string save_dir, load_dir, load_tag, init_from;
+  std::string compression;  // a JSON file whose compression_training section replaces the config's
   int64_t save_interval = 0;
   bool no_progress = false;
   bool zero_init = true;
@@ -156,6 +157,10 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--load_dir", a.load_dir, "resume from the checkpoint `latest` names here (any world size / stage); "
                  "a directory holding no checkpoint yet starts from step 0");
   app.add_option("--load_tag", a.load_tag, "resume from this tag of --load_dir instead of `latest`");
+  app.add_option("--compression", a.compression,
+                 "DeepSpeed Compression: the compression_training section of this JSON file (a DeepSpeed config, or "
+                 "the section alone) replaces the config's; the blocks' linear layers are compressed as it says "
+                 "(docs/compression.md)");
   app.add_option("--init_from", a.init_from,
                  "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
@@ -202,6 +207,12 @@ dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_s
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.sequence_parallel) options.overrides["sequence_parallel_size"] = *a.sequence_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
+  if (!a.compression.empty()) {
+    const auto file = nlohmann::json::parse(dscpp::Config::read_file(a.compression), nullptr, false);
+    if (!file.is_object()) throw dscpp::ConfigError(a.compression + ": --compression expects a JSON object");
+    options.overrides["compression_training"] = file.contains("compression_training") ? file["compression_training"]
+                                                                                       : file;
+  }
   return dscpp::Config::from_string(source.text, options, source.path);  // errors name the file
 }
 
@@ -407,6 +418,7 @@ struct Trainer {
   std::unique_ptr<dscpp::PipelineEngine> pipeline;
   std::unique_ptr<dscpp::Engine> data_parallel;
   dscpp::Engine* engine = nullptr;
+  std::shared_ptr<dscpp::compression::ModelCompression> compression;  // compression_training's schedule, when on
 };
 
 // Builds the model (under ZeRO-3 partitioned as it is built) and its engine; each block then runs inside its
@@ -471,6 +483,18 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
   if (!init.partitioned && p.pp == 1) {
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
+  // DeepSpeed Compression of the blocks' linear layers, set up from the whole weights (as Python's init_compression).
+  if (config.compression.any_enabled()) {
+    if (p.pp > 1 || p.sp > 1 || init.partitioned) {
+      throw std::invalid_argument(std::string("compression_training with ") +
+                                  (p.pp > 1 ? "pipeline" : p.sp > 1 ? "sequence" : "ZeRO-3's partitioned build (use "
+                                                                                    "--zero_init false)") +
+                                  (p.pp > 1 || p.sp > 1 ? " parallelism" : "") + " is not supported yet by gpt-train");
+    }
+    t.compression = std::make_shared<dscpp::compression::ModelCompression>(config.compression, *model);
+    model->attach_compression(*t.compression);
+    init.compression_applied = true;
+  }
   // Pipelined, every rank builds the whole model (the same values at every layout) and keeps its stage's layers;
   // the other layers' parameters are released. With --activation_checkpointing each block is checkpointed, as
   // without a pipeline (pipeline.activation_checkpoint_interval 1 unless the config sets one).
@@ -528,9 +552,12 @@ void train_step(Trainer& t, int64_t grad_accum, const std::function<dscpp::Micro
   }
   for (int64_t micro = 0; micro < grad_accum; ++micro) {
     const auto rows = micro_batch(micro);
+    if (t.compression && t.engine->global_steps() == 0) t.compression->on_forward();  // DeepSpeed's step-zero check
     auto loss = t.engine->forward([&] { return t.model->loss(rows.inputs, rows.labels); });
     t.engine->backward(loss);
-    t.engine->step();
+    if (t.engine->step() && t.compression) {
+      t.compression->on_step(t.engine->global_steps() - t.engine->skipped_steps());
+    }
   }
 }
 

@@ -76,6 +76,11 @@ def main():
                       for name in ("drop_tokens", "use_rts", "use_residual", "top2_2nd_expert_sampling")})
     torch.manual_seed(args.seed)
     model = Gpt(256, n_layer, n_head, n_embd, block_size, moe=moe, moe_loss_coeff=args.moe_loss_coeff)
+    if args.deepspeed_config:  # DeepSpeed Compression, as a DeepSpeed script applies it (gpt-train: --compression)
+        with open(args.deepspeed_config) as f:
+            if json.load(f).get("compression_training"):
+                from dscpp.compression import init_compression
+                init_compression(model, args.deepspeed_config)
 
     engine, _, _, _ = deepspeed.initialize(args=args, model=model,
                                            config=None if args.deepspeed_config else DEFAULT_CONFIG)

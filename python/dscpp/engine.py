@@ -503,6 +503,8 @@ class DeepSpeedEngine:
                 self._client_scheduler.load_state_dict(scheduler_state)
                 for group, lr in zip(self.optimizer.param_groups, self._client_scheduler.get_last_lr()):
                     group["lr"] = lr  # the engine takes them at the next optimizer step
+        if self.compression_scheduler is not None:  # the techniques on that the loaded run had on
+            self.compression_scheduler.resume(self.global_steps - self.skipped_steps)
         return path, client_state
 
     def zero_gather_16bit_weights_on_model_save(self):

@@ -287,10 +287,12 @@ def _compression_schedule(model, settings):
     if not switched_on:
         return None, False
     if not any(hasattr(m, "_dscpp_compression") for m in model.modules()):
-        raise _C.ConfigError(f"compression_training: {', '.join(switched_on)} switched on, but the model did not go "
-                             f"through dscpp.compression.init_compression(model, config), which makes its layers "
-                             f"compression-aware; call it before initialize (without it the model would train "
-                             f"uncompressed)")
+        # DeepSpeed's recipes build the teacher's engine from the student's config: that model is meant to run
+        # uncompressed, as DeepSpeed's engine runs a model init_compression did not see. Said, not silent.
+        warnings.warn(f"dscpp.initialize: compression_training switches on {', '.join(switched_on)}, but this model "
+                      f"did not go through dscpp.compression.init_compression, so it runs uncompressed (as a "
+                      f"distillation's teacher does); call init_compression(model, config) first to compress it")
+        return None, True
     return (scheduler.compression_scheduler(model, config) if techniques else None), True
 
 

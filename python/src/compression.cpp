@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "dscpp/compression/quantize.h"
+#include "dscpp/compression/schedule.h"
 #include "dscpp/config/compression.h"
 #include "dscpp/config/json_reader.h"
 
@@ -37,6 +38,34 @@ void bind_compression(py::module_& parent) {
       py::arg("section_json"),
       "compression_training's section checked, with every default written out: (resolved JSON text, whether any "
       "technique is on). ConfigError naming the key otherwise.");
+  // The schedule (dscpp/compression/schedule.h), the one gpt-train's layers follow too.
+  py::class_<CompressionConfig>(m, "Schedule")
+      .def(py::init([](const std::string& section_json) {
+             nlohmann::json section = nlohmann::json::parse(section_json);
+             ParseContext context([](const std::string&) {});
+             JsonReader reader(section, "compression_training", context);
+             return parse_compression(reader);
+           }),
+           py::arg("section_json"), "The schedule of a compression_training section (JSON text).")
+      .def(
+          "on",
+          [](const CompressionConfig& config, const std::string& technique, int64_t applied_steps) {
+            for (auto t : compression::kTechniques) {
+              if (compression::technique_key(t) == technique) return compression::technique_on(config, t, applied_steps);
+            }
+            throw std::invalid_argument("unknown compression technique '" + technique + "'");
+          },
+          py::arg("technique"), py::arg("applied_steps"),
+          "Whether the technique acts after `applied_steps` applied optimizer steps.");
+  m.def(
+      "moq_advance",
+      [](int bits, int target, int64_t period, int64_t quantize_step) {
+        compression::MoqBits moq{bits, target, period};
+        const bool dropped = moq.advance(quantize_step);
+        return std::make_tuple(moq.bits, moq.period, dropped);
+      },
+      py::arg("bits"), py::arg("target"), py::arg("period"), py::arg("quantize_step"),
+      "MoQ's (bits, period, dropped) after quantize call `quantize_step` (from 1).");
   m.def(
       "weight_quantizer", [](int bits, bool symmetric) { return static_cast<int64_t>(
                                                              compression::weight_quantizer(bits, symmetric)); },

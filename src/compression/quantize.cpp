@@ -183,6 +183,7 @@ torch::Tensor topk_mask(const torch::Tensor& scores, double ratio) {
 
 std::optional<PackedWeight> pack(const torch::Tensor& values, int64_t groups) {
   torch::NoGradGuard no_grad;
+  if (groups < 1 || values.numel() == 0 || values.numel() % groups != 0) return std::nullopt;
   const torch::Tensor rows = grouped(values.detach(), groups);
   if (rows.isnan().any().item<bool>()) return std::nullopt;
   // Each row's distinct values, in order: a value's rank among them is its code.

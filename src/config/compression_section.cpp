@@ -51,12 +51,11 @@ CompressionGroup parse_group(JsonReader& group, const std::string& name, Techniq
   switch (technique) {
     case Technique::kWeight: {
       if (!params.has("start_bits")) params.fail("start_bits", "the bits training starts at, 1 to 16");
-      if (!params.has("target_bits")) params.fail("target_bits", "the bits training ends at, 1 to 8");
+      if (!params.has("target_bits")) params.fail("target_bits", "the bits training ends at, 1 to 16");
       g.start_bits = static_cast<int>(params.get_int("start_bits", 8, 1, 16));
-      g.target_bits = static_cast<int>(params.get_int("target_bits", 8, 1, 8));
-      params.require(g.start_bits >= g.target_bits, "start_bits",
-                     "at least target_bits (" + std::to_string(g.target_bits) + "): MoQ only lowers the bits");
-      g.quantization_period = params.get_int("quantization_period", 1, 1);
+      g.target_bits = static_cast<int>(params.get_int("target_bits", 8, 1, 16));
+      // 0: MoQ drops a bit at every quantization until the target (DeepSpeedExamples' recipes use it).
+      g.quantization_period = params.get_int("quantization_period", 1, 0);
       break;
     }
     case Technique::kActivation:
@@ -90,7 +89,8 @@ CompressionTechnique parse_technique(JsonReader& parent, const std::string& key,
       config.quantize_groups = shared.get_int("quantize_groups", 1, 1);
       config.quantize_verbose = shared.get_bool("quantize_verbose", false);
       config.rounding = shared.get_choice("rounding", "nearest", {"nearest", "stochastic"});
-      config.quantizer_kernel = shared.get_bool("quantizer_kernel", false);
+      // DeepSpeed's CUDA quantizer kernel (MoQ) rounds stochastically whatever `rounding` says, and its own way.
+      shared.accept_only_default("quantizer_kernel", false);
       if (shared.has("fp16_mixed_quantize")) {
         JsonReader mixed = shared.section("fp16_mixed_quantize");
         config.fp16_mixed_quantize = mixed.get_bool("enabled", false);
@@ -107,7 +107,7 @@ CompressionTechnique parse_technique(JsonReader& parent, const std::string& key,
       break;
     case Technique::kSparse: {
       t.method = shared.get_choice("method", "l1", {"l1", "topk", "snip_momentum"});
-      shared.require(t.method != "snip_momentum", "method",
+      shared.require(!t.enabled || t.method != "snip_momentum", "method",
                      "l1 or topk (snip_momentum runs Intel Neural Compressor's pruners, which deepspeed.cpp does "
                      "not have)");
       t.schedule_offset = shared.get_int("schedule_offset", 1000, 0);
@@ -119,7 +119,7 @@ CompressionTechnique parse_technique(JsonReader& parent, const std::string& key,
     }
     case Technique::kHead:
       t.method = shared.get_choice("method", "topk", {"topk", "l1"});
-      shared.require(t.method == "topk", "method",
+      shared.require(!t.enabled || t.method == "topk", "method",
                      "topk (DeepSpeed lists l1 but its head pruning has only learned scores: NotImplementedError)");
       t.schedule_offset = shared.get_int("schedule_offset", 1000, 0);
       if (t.enabled && !shared.has("num_heads")) shared.fail("num_heads", "the attention's head count");
@@ -146,6 +146,11 @@ CompressionTechnique parse_technique(JsonReader& parent, const std::string& key,
   if (technique == Technique::kWeight && t.enabled) {
     for (const auto& g : t.groups) {
       const int lowest = config.quantize_weight_in_forward ? g.target_bits : std::min(g.start_bits, g.target_bits);
+      if (!config.quantize_weight_in_forward && g.start_bits < g.target_bits) {
+        throw ConfigError(shared.path_of("quantize_weight_in_forward") + " = false (MoQ): group '" + g.name +
+                          "' has start_bits " + std::to_string(g.start_bits) + " below target_bits " +
+                          std::to_string(g.target_bits) + "; MoQ only lowers the bits");
+      }
       if (lowest > 2) continue;
       if (t.quantization_type != "symmetric") {
         throw ConfigError(shared.path_of("quantization_type") + " = \"" + t.quantization_type + "\": group '" +

@@ -5,6 +5,8 @@ layer reduction, the config's errors, and training on 2 processes at ZeRO-2 equa
 (compression_train.py)."""
 import json
 import math
+import os
+import subprocess
 
 import pytest
 import torch
@@ -284,32 +286,65 @@ def test_each_technique_switches_on_at_its_schedule_offset():
     assert not model.blocks[0].fc1.sparse_pruning_enabled  # fc1 is in no sparse-pruning group
 
 
-def moq_bits(steps, start, target, period):
-    """MoQ's bits after each applied step (DeepSpeed's compute_quantization), with its first quantization at the
-    first forward."""
-    bits, out, qstep = start, [], 0
-    for _ in range(steps + 1):
-        qstep += 1
-        if bits != target and qstep >= period:
-            bits, period = bits - 1, period * 2
-        out.append(bits)
-    return out[1:]
+def moq_bits(steps, start, target, period, first_forwards=1):
+    """MoQ's bits after each applied step, as DeepSpeed's runtime/quantize.py counts them: one quantize() call at each
+    forward before the first step and one after each step; at call q (from 1) a weight above its target drops a bit
+    once q >= its period, which then doubles (`q_period <<= 1`)."""
+    bits, out = start, []
+    for q in range(1, first_forwards + steps + 1):
+        if bits != target and q >= period:
+            bits, period = bits - 1, period << 1
+        if q > first_forwards:
+            out.append(bits)
+    return out
 
 
-def test_moq_drops_the_bits_on_its_schedule_and_keeps_the_master():
+@pytest.mark.parametrize("period,gas", [(2, 1), (2, 2), (0, 1)])
+def test_moq_drops_the_bits_on_its_schedule(period, gas):
+    """DeepSpeed quantizes at every forward before the first step (gas of them) and after each step."""
     compression = {"weight_quantization": technique({"wq": group(["fc1"], start_bits=6, target_bits=3,
-                                                                 quantization_period=2)},
+                                                                 quantization_period=period)},
                                                      quantize_weight_in_forward=False, schedule_offset=0)}
-    model, _, engine = compressed(compression, forward=False, dtype="bf16")
+    model, _, engine = compressed(compression, forward=False, dtype="bf16", gas=gas, micro=2)
     layer = model.blocks[0].fc1
-    expected = moq_bits(8, 6, 3, 2)
+    expected = moq_bits(6, 6, 3, period, first_forwards=gas)
     seen = []
-    for step in range(8):
-        engine.backward(engine(*batch(step, 4)))
-        engine.step()
+    for step in range(6):
+        for micro in range(gas):
+            engine.backward(engine(*batch(10 * step + micro, 2)))
+            engine.step()
         seen.append(layer.weight_bits[0])
         assert len(layer.weight.detach().float().unique()) <= 2 ** seen[-1]
-    assert seen == expected and expected[-1] == 3 and expected[0] == 5
+    assert seen == expected and expected[-1] < 5  # bits dropped at least twice over the run
+    assert model.blocks[1].fc1.weight_bits[0] == seen[-1]  # every layer of the group on the same schedule
+
+
+def test_moq_quantizes_a_shared_weight_once():
+    torch.manual_seed(0)
+    model = TinyLM()
+    model.blocks[1].fc1.weight = model.blocks[0].fc1.weight  # tied, as an LM head to its embedding
+    compression = {"weight_quantization": technique({"wq": group(["fc1"], start_bits=4, target_bits=4)},
+                                                     quantize_weight_in_forward=False, schedule_offset=0)}
+    config = ds_config(compression, dtype="bf16")
+    init_compression(model, config)
+    engine, *_ = dscpp.initialize(model=model, config=config)
+    before = model.blocks[0].fc1.weight.detach().clone()
+    engine.compression_scheduler.quantize_weights()
+    once = q.moq_quantize(before, 4, 1, True, False)
+    assert torch.equal(model.blocks[0].fc1.weight.detach(), once)  # twice would move the clamped maximum
+
+
+def test_a_resumed_run_has_the_techniques_on_that_the_saved_run_had(tmp_path):
+    compression = {"row_pruning": technique({"g": group(["fc1"], dense_ratio=0.5)}, schedule_offset=2)}
+    model, config, engine = compressed(compression, steps=3)
+    assert model.blocks[0].fc1.row_pruning_enabled
+    engine.save_checkpoint(str(tmp_path))
+    torch.manual_seed(1)
+    resumed = init_compression(TinyLM(), config)
+    engine2, *_ = dscpp.initialize(model=resumed, config=config)
+    assert not resumed.blocks[0].fc1.row_pruning_enabled
+    engine2.load_checkpoint(str(tmp_path))
+    assert resumed.blocks[0].fc1.row_pruning_enabled and engine2.global_steps == 3
 
 
 def test_layer_reduction_takes_the_teachers_chosen_layers():
@@ -347,10 +382,41 @@ def test_bad_config_is_refused_naming_the_key(section, message):
         init_compression(TinyLM(), ds_config(section))
 
 
-def test_a_config_with_compression_on_needs_init_compression():
+def test_a_model_init_compression_did_not_see_runs_uncompressed_and_says_so():
+    """DeepSpeed's recipes build the teacher's engine from the student's config."""
     config = ds_config({"row_pruning": technique({"g": group(["fc1"], dense_ratio=0.5)})})
-    with pytest.raises(dscpp.ConfigError, match="did not go through dscpp.compression.init_compression"):
-        dscpp.initialize(model=TinyLM(), config=config)
+    teacher = TinyLM()
+    with pytest.warns(UserWarning, match="did not go through dscpp.compression.init_compression, so it runs "
+                                         "uncompressed"):
+        engine, *_ = dscpp.initialize(model=teacher, config=config)
+    assert engine.compression_scheduler is None and type(teacher.blocks[0].fc1) is torch.nn.Linear
+
+
+def test_switched_off_techniques_may_name_what_is_refused_when_on():
+    """DeepSpeedExamples' templates keep snip_momentum with enabled false."""
+    section = {"sparse_pruning": {"shared_parameters": {"enabled": False, "method": "snip_momentum"},
+                                  "different_groups": {}},
+               "head_pruning": {"shared_parameters": {"enabled": False, "method": "l1"}}}
+    init_compression(TinyLM(), ds_config(section))
+    with pytest.raises(ValueError, match="quantizer_kernel"):
+        init_compression(TinyLM(), ds_config({"weight_quantization": technique(
+            {"g": group(["q"], start_bits=8, target_bits=8)}, quantizer_kernel=True)}))
+
+
+def test_layers_inside_torch_modules_are_compressed_as_deepspeed_does():
+    """nn.MultiheadAttention's out_proj is a Linear subclass computing as Linear: replaced like any Linear."""
+    torch.manual_seed(0)
+    model = torch.nn.TransformerEncoderLayer(DIM, HEADS, dim_feedforward=HIDDEN, dropout=0.0, batch_first=True)
+    x = weights(2, 5, DIM, seed=13)
+    with torch.no_grad():
+        before = model(x)
+    config = ds_config({"weight_quantization": technique({"g": group(["linear1"], start_bits=8, target_bits=8)},
+                                                         quantize_weight_in_forward=True, schedule_offset=0)})
+    init_compression(model, config)
+    assert isinstance(model.self_attn.out_proj, LinearLayer_Compress) and isinstance(model.linear1,
+                                                                                     LinearLayer_Compress)
+    with torch.no_grad():
+        assert torch.equal(model(x), before)  # nothing switched on yet: the same computation
 
 
 def test_moq_needs_fp32_masters_apart_from_the_weights():
@@ -373,3 +439,64 @@ def test_two_processes_at_zero2_follow_one_process(tmp_path):
     # Adam amplifies the ranks' different summation order in near-zero gradients (the learned mask scores').
     assert abs(one["weights"] - two["weights"]) < 1e-5 * one["weights"] and one["shapes"] == two["shapes"]
     assert one["cleaned_equal"] and two["cleaned_equal"]
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+GPT_TRAIN = os.path.join(os.environ.get("DSCPP_BINARY_DIR", os.path.join(ROOT, "build")), "gpt-train")
+TRAIN_GPT = os.path.join(ROOT, "examples", "python", "train_gpt.py")
+
+
+def gpt_compression():
+    """gpt-train's block layers: 4-bit weights of the attention's c_attn and the MLP's c_fc (on from step 1), l1
+    row pruning of c_fc (from 0), l1 sparse pruning of the MLP's c_proj (from 2), static 8-bit activations into the
+    attention's c_proj (from 1)."""
+    return {
+        "weight_quantization": technique({"wq": group([r"h\.\d+\.(attn\.c_attn|mlp\.c_fc)$"], start_bits=4,
+                                                      target_bits=4)},
+                                         quantize_weight_in_forward=True, schedule_offset=1, quantize_groups=4),
+        "row_pruning": technique({"rp": group([r"mlp\.c_fc"], dense_ratio=0.75)}, schedule_offset=0),
+        "sparse_pruning": technique({"sp": group([r"mlp\.c_proj"], dense_ratio=0.5)}, schedule_offset=2),
+        "activation_quantization": technique({"aq": group([r"attn\.c_proj"], bits=8)}, schedule_offset=1,
+                                             range_calibration="static"),
+    }
+
+
+def test_gpt_train_compresses_as_the_python_front_end(tmp_path):
+    """The same GPT, data and compression_training from C++ (gpt-train) and from Python (train_gpt.py through
+    init_compression): the same losses step by step, the techniques switching on mid-run."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+                                  "steps_per_print": 100, "zero_optimization": {"stage": 1},
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "weight_decay": 0.1}},
+                                  "compression_training": gpt_compression()}))
+    def args(cfg, steps, metrics):
+        return ["--model", "tiny", "--seq_len", "32", "--steps", str(steps), "--deepspeed_config", str(cfg),
+                "--metrics", str(tmp_path / metrics)]
+
+    def gpt_train(*extra):
+        subprocess.run([GPT_TRAIN, *extra, "--no_progress"], check=True, timeout=300,
+                       env=dict(os.environ, OMP_NUM_THREADS="1"))
+
+    def losses(metrics):
+        return [json.loads(line)["loss"] for line in open(tmp_path / metrics)]
+
+    gpt_train(*args(config, 5, "cpp.jsonl"))
+    run_ranks(1, [TRAIN_GPT, *args(config, 5, "py.jsonl")])
+    cpp = losses("cpp.jsonl")
+    assert len(cpp) == 5 and losses("py.jsonl") == pytest.approx(cpp, abs=1e-5)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**json.loads(config.read_text()), "compression_training": {}}))
+    gpt_train(*args(plain, 3, "plain.jsonl"))
+    assert abs(losses("plain.jsonl")[2] - cpp[2]) > 1e-4  # the compression acts: step 3's loss is not the plain one
+
+
+@pytest.mark.parametrize("section,message", [
+    ({"layer_reduction": {"enabled": True, "module_name_prefix": "h", "teacher_layer": [0]}}, "teacher model"),
+    ({"weight_quantization": technique({"g": group(["wte"], start_bits=8, target_bits=8)})}, "not a Linear layer"),
+])
+def test_gpt_train_refuses_what_it_does_not_compress(tmp_path, section, message):
+    path = tmp_path / "compression.json"
+    path.write_text(json.dumps({"compression_training": section}))
+    out = subprocess.run([GPT_TRAIN, "--model", "tiny", "--seq_len", "32", "--steps", "1", "--compression", str(path),
+                          "--no_progress"], capture_output=True, text=True, timeout=300)
+    assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]

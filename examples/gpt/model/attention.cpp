@@ -57,7 +57,8 @@ void CausalSelfAttentionImpl::keep_own_heads() {
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1);
   const int64_t C = c_attn->weight.size(0) / 3, heads = n_head_ / group_->world_size();  // this rank's share
-  const auto qkv = dscpp::column_parallel_linear(x, c_attn->weight, c_attn->bias, group_).split(C, /*dim=*/2);
+  const auto in = dscpp::compression::compressed_linear(c_attn_compression, x, c_attn);
+  const auto qkv = dscpp::column_parallel_linear(in.input, in.weight, in.bias, group_).split(C, /*dim=*/2);
   const auto to_heads = [&](const torch::Tensor& t) {
     return t.view({B, T, heads, C / heads}).transpose(1, 2);  // (B, nh, T, hs)
   };
@@ -77,7 +78,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
                          group_->rank())
             .transpose(1, 2);
   }
-  auto out = dscpp::row_parallel_linear(y.contiguous().view({B, T, C}), c_proj->weight, c_proj->bias, group_);
+  const auto proj = dscpp::compression::compressed_linear(c_proj_compression, y.contiguous().view({B, T, C}), c_proj);
+  auto out = dscpp::row_parallel_linear(proj.input, proj.weight, proj.bias, group_);
   return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
 }
 

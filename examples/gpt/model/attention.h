@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/compression/linear_compression.h"
 #include "model/gpt_config.h"
 
 namespace gpt {
@@ -36,6 +37,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
   torch::nn::Linear c_attn{nullptr};  // (3C/p, C) weight: this rank's q, k, v rows stacked along the output dim
   torch::nn::Linear c_proj{nullptr};  // (C, C/p)
+  // DeepSpeed Compression of the two projections (gpt-train with compression_training; null: none).
+  std::shared_ptr<dscpp::compression::LinearCompression> c_attn_compression, c_proj_compression;
 
  private:
   int64_t n_head_;

@@ -202,6 +202,20 @@ void GptImpl::set_sequence_group(std::shared_ptr<dscpp::Comm> group) {
   for (auto& block : blocks_) block->attn->set_sequence_group(sequence_group_);
 }
 
+void GptImpl::attach_compression(const dscpp::compression::ModelCompression& compression) {
+  if (config_.moe_experts > 0 || group_->world_size() > 1) {
+    throw std::invalid_argument("compression_training with " +
+                                std::string(config_.moe_experts > 0 ? "MoE blocks" : "tensor parallelism") +
+                                " is not supported yet by gpt-train");
+  }
+  for (auto& block : blocks_) {
+    block->attn->c_attn_compression = compression.find(block->attn->c_attn.get());
+    block->attn->c_proj_compression = compression.find(block->attn->c_proj.get());
+    block->mlp->c_fc_compression = compression.find(block->mlp->c_fc.get());
+    block->mlp->c_proj_compression = compression.find(block->mlp->c_proj.get());
+  }
+}
+
 double GptImpl::moe_all_to_all_seconds() const {
   double seconds = 0;
   for (const auto& block : blocks_) seconds += block->moe ? block->moe->all_to_all_seconds() : 0.0;

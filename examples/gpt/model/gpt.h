@@ -35,6 +35,7 @@
 
 #include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
+#include "dscpp/compression/linear_compression.h"
 #include "model/block.h"
 #include "model/gpt_config.h"
 
@@ -94,6 +95,12 @@ class GptImpl : public torch::nn::Module {
   // value of the whole mean (the shares summed over the group), so a log shows what one process shows.
   // std::invalid_argument for MoE blocks or tensor parallelism with it.
   void set_sequence_group(std::shared_ptr<dscpp::Comm> group);
+
+  // DeepSpeed Compression of the blocks' linear layers as `compression` (built over this model) has them: each
+  // attention's and dense MLP's layers compute through their LinearCompression from here on.
+  // std::invalid_argument with tensor parallelism (each rank would quantize its slice with scales of its own) or MoE
+  // blocks — not supported yet.
+  void attach_compression(const dscpp::compression::ModelCompression& compression);
 
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<dscpp::Comm>& model_group() const { return group_; }

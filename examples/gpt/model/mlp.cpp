@@ -27,8 +27,10 @@ void MlpImpl::keep_own_slices() {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto h = torch::gelu(dscpp::column_parallel_linear(x, c_fc->weight, c_fc->bias, group_), "tanh");
-  auto y = dscpp::row_parallel_linear(h, c_proj->weight, c_proj->bias, group_);
+  const auto fc = dscpp::compression::compressed_linear(c_fc_compression, x, c_fc);
+  auto h = torch::gelu(dscpp::column_parallel_linear(fc.input, fc.weight, fc.bias, group_), "tanh");
+  const auto proj = dscpp::compression::compressed_linear(c_proj_compression, h, c_proj);
+  auto y = dscpp::row_parallel_linear(proj.input, proj.weight, proj.bias, group_);
   return dropout_ > 0 && is_training() ? torch::dropout(y, dropout_, /*train=*/true) : y;
 }
 

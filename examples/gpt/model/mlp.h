@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "dscpp/comm/comm.h"
+#include "dscpp/compression/linear_compression.h"
 #include "model/gpt_config.h"
 
 namespace gpt {
@@ -24,6 +25,8 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
 
   torch::nn::Linear c_fc{nullptr};    // (4C/p, C)
   torch::nn::Linear c_proj{nullptr};  // (C, 4C/p)
+  // DeepSpeed Compression of the two layers (gpt-train with compression_training; null: none).
+  std::shared_ptr<dscpp::compression::LinearCompression> c_fc_compression, c_proj_compression;
 
  private:
   int64_t n_embd_;

@@ -77,6 +77,8 @@ class _Compressible:
         is not on a grid of at most 256 values per group or packing would not make it smaller."""
         weight = self._parameters["weight"]
         groups = self.weight_quantize_num_groups
+        if weight.numel() % groups:  # rows or heads removed since: the groups no longer divide it
+            groups = 1
         packed = _q.pack(weight.detach(), groups)
         if packed is None:
             return False
@@ -362,6 +364,14 @@ class Embedding_Compress(_Compressible, nn.Embedding):
         super().enable_weight_quantization(start_bits, target_bits, quantization_period,
                                            weight_quantization_enabled_in_forward, quantization_type,
                                            self.weight.size(0))
+
+    def enable_sparse_pruning(self, ratio, method):
+        raise ValueError("compression_training.sparse_pruning names an Embedding; DeepSpeed prunes Linear and Conv2d "
+                         "layers only")
+
+    def enable_activation_quantization(self, bits, quantization_type, range_calibration):
+        raise ValueError("compression_training.activation_quantization names an Embedding, whose input is token ids; "
+                         "DeepSpeed quantizes the inputs of Linear and Conv2d layers only")
 
     def forward(self, input):
         return F.embedding(input, self._quantized_weight(), self.padding_idx, self.max_norm, self.norm_type,

@@ -90,28 +90,38 @@ def _enable(module, technique, p):
         module.enable_channel_pruning(p["dense_ratio"], p["method"])
 
 
+_COMPRESS_AWARE = {torch.nn.Linear: LinearLayer_Compress, torch.nn.Conv2d: Conv2dLayer_Compress,
+                   torch.nn.Embedding: Embedding_Compress, torch.nn.BatchNorm2d: BNLayer_Compress}
+
+
+def _base_layer(module):
+    """The plain layer class `module` is, or a subclass of that computes as it does (nn.MultiheadAttention's
+    out_proj); None for a subclass with a forward of its own."""
+    for base in _COMPRESS_AWARE:
+        if isinstance(module, base):
+            return base if type(module).forward is base.forward else None
+    return None
+
+
 def _compress_aware(module):
-    """The compression-aware replacement of a Linear / Conv2d / Embedding / BatchNorm2d, sharing its tensors."""
-    if isinstance(module, (LinearLayer_Compress, Conv2dLayer_Compress, Embedding_Compress, BNLayer_Compress)):
+    """The compression-aware replacement of a Linear / Conv2d / Embedding / BatchNorm2d, sharing its tensors. Built
+    as DeepSpeed builds it (a fresh layer, its initialisation drawn from torch's generator), so the random draws after
+    init_compression — learned scores, dropout — are DeepSpeed's."""
+    if isinstance(module, tuple(_COMPRESS_AWARE.values())):
         return module
-    kind = type(module)
-    if kind is torch.nn.Linear:
-        new = LinearLayer_Compress(module.in_features, module.out_features, bias=module.bias is not None,
-                                   device="meta")
-    elif kind is torch.nn.Conv2d:
+    base = _base_layer(module)
+    if base is torch.nn.Linear:
+        new = LinearLayer_Compress(module.in_features, module.out_features, bias=module.bias is not None)
+    elif base is torch.nn.Conv2d:
         new = Conv2dLayer_Compress(module.in_channels, module.out_channels, module.kernel_size, module.stride,
                                    module.padding, module.dilation, module.groups, module.bias is not None,
-                                   module.padding_mode, device="meta")
-    elif kind is torch.nn.Embedding:
+                                   module.padding_mode)
+    elif base is torch.nn.Embedding:
         new = Embedding_Compress(module.num_embeddings, module.embedding_dim, module.padding_idx, module.max_norm,
-                                 module.norm_type, module.scale_grad_by_freq, module.sparse, device="meta")
-    elif kind is torch.nn.BatchNorm2d:
+                                 module.norm_type, module.scale_grad_by_freq, module.sparse)
+    else:
         new = BNLayer_Compress(module.num_features, module.eps, module.momentum, module.affine,
-                               module.track_running_stats, device="meta")
-    else:  # a subclass with a forward of its own: replacing it would drop that forward
-        raise ValueError(f"init_compression: {kind.__name__} subclasses {kind.__mro__[1].__name__} with its own "
-                         f"behaviour; only plain Linear, Conv2d, Embedding and BatchNorm2d layers can be compressed "
-                         f"(convert_conv1d_to_linear turns GPT-2's Conv1D into Linear)")
+                               module.track_running_stats)
     # The same Parameter objects and buffers, so anything already holding them (an optimizer) still does.
     for name, param in module._parameters.items():
         new._parameters[name] = param
@@ -135,9 +145,22 @@ def init_compression(model, deepspeed_config, teacher_model=None, mpu=None):
             raise ValueError("init_compression: compression_training.layer_reduction is enabled, which needs "
                              "teacher_model")
         student_initialization(c_model, teacher_model, deepspeed_config)
+    named = set()  # the modules some switched-on technique names
+    for technique in TECHNIQUES:
+        if config[technique]["shared_parameters"]["enabled"]:
+            for names, _, _ in _groups(c_model, technique, config[technique]):
+                named.update(n for entry in names for n in entry)
     for name, module in list(c_model.named_modules()):
-        if is_module_compressible(module):
-            recursive_setattr(c_model, name, _compress_aware(module))
+        if not is_module_compressible(module):
+            continue
+        if _base_layer(module) is None and not isinstance(module, tuple(_COMPRESS_AWARE.values())):
+            if name in named:  # replacing it would drop its own forward
+                raise ValueError(f"init_compression: {name} is a {type(module).__name__}, a subclass of "
+                                 f"{type(module).__mro__[1].__name__} with a forward of its own; "
+                                 f"only layers that compute as Linear, Conv2d, Embedding and BatchNorm2d do can be "
+                                 f"compressed (convert_conv1d_to_linear turns GPT-2's Conv1D into Linear)")
+            continue
+        recursive_setattr(c_model, name, _compress_aware(module))
     for technique in TECHNIQUES:
         section = config[technique]
         if not section["shared_parameters"]["enabled"]:
@@ -149,10 +172,12 @@ def init_compression(model, deepspeed_config, teacher_model=None, mpu=None):
     return model
 
 
-def redundancy_clean(model, deepspeed_config, mpu=None):
-    """Makes the compression permanent: quantized weights put on their grid and stored packed at their bits, pruned
-    weights zeroed — and pruned rows, heads and channels removed where the group names related_modules (whose
-    matching input dimension goes too). The cleaned model computes what the compressed one did."""
+def redundancy_clean(model, deepspeed_config, mpu=None, pack=True):
+    """Makes the compression permanent: quantized weights put on their grid, pruned weights zeroed — and pruned rows,
+    heads and channels removed where the group names related_modules (whose matching input dimension goes too). The
+    cleaned model computes what the compressed one did. With `pack` (the default) each quantized weight is then stored
+    at its bits (buffers weight_codes / weight_codebook instead of the weight parameter); pack=False keeps DeepSpeed's
+    layout — fp32 weights holding the quantized values — whose state_dict loads into the uncompressed model."""
     if mpu is not None:
         raise NotImplementedError("redundancy_clean(mpu=...): tensor-parallel layers are not supported yet")
     config = compression_config(deepspeed_config)
@@ -177,7 +202,7 @@ def redundancy_clean(model, deepspeed_config, mpu=None):
                                          f"ones; each related module follows the pruned module of its position")
                     for j, name in enumerate(related_names):
                         _fix(recursive_getattr(c_model, name), technique, params, masks[j], True)
-    for module in quantized:  # last: pruning may have zeroed some quantized values
+    for module in quantized if pack else []:  # last: pruning may have zeroed some quantized values
         module.pack_weight()
     return model
 

@@ -9,6 +9,7 @@ each applied optimizer step. Its step count is the engine's (global_steps - skip
 it was on the schedule; MoQ's bit state is not saved in checkpoints (DeepSpeed's neither): a resumed MoQ run starts
 its bits again.
 """
+import json
 import logging
 
 from .._C import compression as _q
@@ -32,18 +33,18 @@ class compression_scheduler:  # noqa: N801 (DeepSpeed's name)
         """`compression_config`: the resolved compression_training section (compress.compression_config)."""
         self.model = model
         self.compression_config = compression_config
+        self._schedule = _q.Schedule(json.dumps(compression_config))  # when each technique acts: the C++ one
         self.training_steps = 0
         self.weight_quantization_enabled = False
         self._switched_on = set()
-        # Per technique: (offset, the modules of its groups), for the enabled ones.
+        # Per technique: the modules of its groups, for the enabled ones.
         self._techniques = {}
         for technique in TECHNIQUES:
             section = compression_config[technique]
             if section["shared_parameters"]["enabled"]:
                 names = [n for per_entry, _, _ in _groups(model, technique, section)
                          for entry in per_entry for n in entry]
-                self._techniques[technique] = (section["shared_parameters"]["schedule_offset"],
-                                               [recursive_getattr(model, n) for n in names])
+                self._techniques[technique] = [recursive_getattr(model, n) for n in names]
         shared = compression_config["weight_quantization"]["shared_parameters"]
         self._moq = shared["enabled"] and not shared["quantize_weight_in_forward"]
         self._moq_settings = shared
@@ -55,8 +56,8 @@ class compression_scheduler:  # noqa: N801 (DeepSpeed's name)
         self.check_all_modules()
 
     def check_all_modules(self):
-        for technique, (offset, modules) in self._techniques.items():
-            if self.training_steps < offset:
+        for technique, modules in self._techniques.items():
+            if not self._schedule.on(technique, self.training_steps):
                 continue
             for module in modules:
                 setattr(module, _FLAGS[technique], True)
@@ -80,6 +81,11 @@ class compression_scheduler:  # noqa: N801 (DeepSpeed's name)
         if self._moq and self.weight_quantization_enabled:
             self.quantize_weights()
 
+    def resume(self, applied_steps):
+        """After a checkpoint's load: the schedule where the loaded run was (DeepSpeed's restarts at 0)."""
+        self.training_steps = applied_steps
+        self.check_all_modules()
+
     def on_step(self, applied_steps):
         """After an applied optimizer step (the engine's count of them): MoQ quantizes the new weights, then the
         schedule moves on, as DeepSpeed's engine orders the two."""
@@ -92,20 +98,22 @@ class compression_scheduler:  # noqa: N801 (DeepSpeed's name)
         """MoQ: every 2-D-or-more weight of the quantized layers put on its current bits' grid, in place."""
         s = self._moq_settings
         self._qsteps += 1
-        if self._mixed:
-            self._real_ratio = max(0.0, self._real_ratio - self._change_ratio)
-        _, modules = self._techniques["weight_quantization"]
+        if self._mixed:  # DeepSpeed's update: down by the ratio while above 0 (so once below it), then 0
+            self._real_ratio = self._real_ratio - self._change_ratio if self._real_ratio > 0 else 0.0
+        modules = self._techniques["weight_quantization"]
+        seen = set()  # a weight shared by two layers (a tied head) is quantized once, as DeepSpeed's per parameter
         for module in modules:
             weight = module.weight
-            if weight.dim() < 2 or weight.numel() == 0:
+            if weight.dim() < 2 or weight.numel() == 0 or id(weight) in seen:
                 continue
+            seen.add(id(weight))
             bits, target, period = module.weight_bits
-            if bits != target and self._qsteps >= period:
+            bits, period, dropped = _q.moq_advance(bits, target, period, self._qsteps)
+            module.weight_bits = [bits, target, period]
+            if dropped:
                 self._real_ratio = 1.0
-                module.weight_bits = [bits - 1, target, period * 2]
-                bits = bits - 1
                 if s["quantize_verbose"]:
-                    logger.info(f"MoQ: {bits} bits from step {self._qsteps}, next drop after {period * 2}")
+                    logger.info(f"MoQ: {bits} bits from quantization {self._qsteps}, the next drop at {period}")
             quantized = _q.moq_quantize(weight.data, bits, s["quantize_groups"],
                                         s["quantization_type"] == "symmetric", s["rounding"] == "stochastic")
             if self._mixed:

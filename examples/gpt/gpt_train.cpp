@@ -491,7 +491,25 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
                                                                                     "--zero_init false)") +
                                   (p.pp > 1 || p.sp > 1 ? " parallelism" : "") + " is not supported yet by gpt-train");
     }
-    t.compression = std::make_shared<dscpp::compression::ModelCompression>(config.compression, *model);
+    if (!a.init_from.empty()) {  // the masks would come from the random init, and HF has no scores to load
+      throw std::invalid_argument("compression_training with --init_from is not supported yet by gpt-train "
+                                  "(the l1 masks are made from the weights the model starts with)");
+    }
+    if (config.compression.weight_quantization.enabled &&
+        !config.compression.quantize_weight_in_forward &&
+        (config.compute_dtype() == dscpp::DType::kFloat32 || config.zero.stage == 3)) {
+      throw dscpp::ConfigError(
+          "compression_training.weight_quantization.shared_parameters.quantize_weight_in_forward = false (MoQ: "
+          "weights quantized in place after each step) needs fp16 or bf16 (the fp32 master apart from the weights) "
+          "and ZeRO 0-2 (whole weights in the model); set it true to quantize in the forward");
+    }
+    if (a.activation_checkpointing && config.compression.activation_quantization.enabled &&
+        config.compression.activation_quantization.range_calibration == "static") {
+      throw std::invalid_argument("compression_training.activation_quantization.shared_parameters.range_calibration "
+                                  "= \"static\" with --activation_checkpointing: the recompute would move the running "
+                                  "range a second time; use dynamic, or no activation checkpointing");
+    }
+    t.compression = std::make_shared<dscpp::compression::ModelCompression>(config.compression, *model, init.log);
     model->attach_compression(*t.compression);
     init.compression_applied = true;
   }
@@ -690,6 +708,7 @@ int run(const Args& a) {
     }
   } else if (!a.load_dir.empty()) {
     engine.load_checkpoint(a.load_dir, a.load_tag);
+    if (t.compression) t.compression->resume(engine.global_steps() - engine.skipped_steps());
   }
   // Saved with every checkpoint, so `dscpp consolidate --format hf-gpt2` can write HF's config.json.
   const nlohmann::json client_state = {

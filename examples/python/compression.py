@@ -12,7 +12,8 @@ First a teacher is trained (--teacher_steps on gpt-train's corpus; --teacher FIL
 recipe's model is made compression-aware and fine-tuned --steps (XTC: cross-entropy plus the KL divergence to the
 teacher's logits), and redundancy_clean makes the compression real: quantized weights stored packed at their bits.
 Printed: the model's bytes (parameters and buffers) and its loss on held-out windows — the teacher's, then the
-recipe's before fine-tuning, after, and after cleaning (which equals the one before it) — and a JSON line with them.
+recipe's before fine-tuning, after, and after cleaning (which equals the one before it) — the teacher's and the
+cleaned model's greedy continuation of a held-out prompt through dscpp.init_inference, and a JSON line.
 """
 import argparse
 import copy
@@ -91,6 +92,16 @@ def train(engine, tokens, steps, teacher=None, temperature=2.0):
         engine.step()
 
 
+def generate(model, prompt, new_tokens=48):
+    """Greedy bytes from `model` through dscpp.init_inference (one process: the model as it is, in fp32)."""
+    engine = dscpp.init_inference(model, dtype=torch.float32)
+    ids = prompt.view(1, -1)
+    with torch.no_grad():
+        for _ in range(new_tokens):
+            ids = torch.cat([ids, engine(ids)[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return bytes(ids[0, prompt.numel():].tolist()).decode("latin-1")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--recipe", default="zeroquant", choices=["fp32", "zeroquant", "w8", "w4", "xtc"])
@@ -139,6 +150,9 @@ def main():
     print(f"{args.recipe}: {result['bytes']} bytes ({result['bytes'] / result['teacher_bytes']:.3f} of the teacher's)"
           f"; eval loss before fine-tuning {result['before']:.4f}, after {result['after']:.4f}, after "
           f"redundancy_clean {result['cleaned']:.4f}")
+    prompt = tokens[held_out * SEQ:held_out * SEQ + 16]
+    print(f"prompt {bytes(prompt.tolist()).decode('latin-1')!r}\n  teacher:  {generate(teacher, prompt)!r}\n"
+          f"  {args.recipe}: {generate(student, prompt)!r}")
     print(json.dumps(result), flush=True)
 
 

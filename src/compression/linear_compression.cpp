@@ -1,6 +1,7 @@
 // DeepSpeed Compression on LibTorch linear layers: Python's LinearLayer_Compress (python/dscpp/compression/
 // basic_layer.py) and its schedule, the same arithmetic and the same order of enabling (technique by technique, each
-// group's patterns in turn, modules in registration order — so learned scores draw what Python's draw).
+// group's patterns in turn, modules in registration order). Learned scores draw from torch's generator where the
+// program's model build left it; Python's layer replacement draws a fresh init for every layer first, so those differ.
 #include "dscpp/compression/linear_compression.h"
 
 #include <algorithm>
@@ -15,7 +16,9 @@ namespace {
 // The running range of static activation calibration, a submodule so that its buffer is named as Python's QuantAct's
 // (activation_quantizer.x_min_max).
 struct QuantActImpl : torch::nn::Module {
-  QuantActImpl() { x_min_max = register_buffer("x_min_max", torch::zeros({2})); }
+  explicit QuantActImpl(const torch::TensorOptions& options) {
+    x_min_max = register_buffer("x_min_max", torch::zeros({2}, options));  // on the layer's device and dtype
+  }
   torch::Tensor x_min_max;
 };
 
@@ -26,9 +29,17 @@ torch::Tensor learned_scores(torch::IntArrayRef shape, const torch::Tensor& like
   return scores;
 }
 
-// Python's re.search, for the patterns DeepSpeed configs use (ECMAScript's syntax agrees on them).
-bool named_by(const std::string& pattern, const std::string& name) {
-  return std::regex_search(name, std::regex(pattern, std::regex::ECMAScript));
+// Python's re.search, for the patterns DeepSpeed configs use (ECMAScript's syntax agrees on them); one it cannot
+// read (Python-only syntax: named groups, lookbehind, inline flags) is an error naming it.
+bool named_by(const std::string& pattern, const std::string& name, const std::string& key) {
+  std::regex re;
+  try {
+    re = std::regex(pattern, std::regex::ECMAScript);
+  } catch (const std::regex_error& e) {
+    throw std::invalid_argument(key + ": the pattern '" + pattern + "' is not a regular expression this program "
+                                "reads (ECMAScript syntax; Python-only syntax is not): " + e.what());
+  }
+  return std::regex_search(name, re);
 }
 
 }  // namespace
@@ -44,7 +55,7 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
       weight_kind_ = weight_quantizer(group.target_bits, c.quantization_type == "symmetric");
       weight_groups_ = config.quantize_groups;
       moq_bits_ = {group.start_bits, group.target_bits, group.quantization_period};
-      if (in_forward_ && w.numel() % weight_groups_ != 0) {
+      if (w.numel() % weight_groups_ != 0) {
         throw std::invalid_argument("compression_training.weight_quantization: quantize_groups " +
                                     std::to_string(weight_groups_) + " does not divide " + name_ + "'s " +
                                     std::to_string(w.numel()) + " weights");
@@ -84,7 +95,8 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
       activation_bits_ = group.bits;
       activation_kind_ = c.quantization_type == "symmetric" ? QuantKind::kSymmetric : QuantKind::kAsymmetric;
       if (c.range_calibration == "static") {
-        x_min_max_ = layer_->register_module("activation_quantizer", std::make_shared<QuantActImpl>())->x_min_max;
+        x_min_max_ = layer_->register_module("activation_quantizer", std::make_shared<QuantActImpl>(w.options()))
+                         ->x_min_max;
       }
       break;
     case Technique::kChannelPruning:
@@ -159,7 +171,9 @@ LinearArgs compressed_linear(const std::shared_ptr<LinearCompression>& compressi
           compression->bias(layer->bias)};
 }
 
-ModelCompression::ModelCompression(const CompressionConfig& config, torch::nn::Module& model) : config_(config) {
+ModelCompression::ModelCompression(const CompressionConfig& config, torch::nn::Module& model,
+                                   std::function<void(const std::string&)> log)
+    : config_(config), log_(std::move(log)) {
   if (config.layer_reduction.enabled) {
     throw std::invalid_argument("compression_training.layer_reduction: needs the teacher model, which only "
                                 "dscpp.compression.init_compression(model, config, teacher_model) (Python) takes");
@@ -177,7 +191,11 @@ ModelCompression::ModelCompression(const CompressionConfig& config, torch::nn::M
           auto* linear = item.value()->as<torch::nn::LinearImpl>();
           const bool compressible = linear != nullptr || item.value()->as<torch::nn::EmbeddingImpl>() != nullptr ||
                                     item.value()->as<torch::nn::Conv2dImpl>() != nullptr;
-          if (!compressible || !named_by(pattern, name)) continue;
+          if (!compressible ||
+              !named_by(pattern, name, "compression_training." + technique_key(t) + ".different_groups." +
+                                           group.name + ".modules")) {
+            continue;
+          }
           if (!taken.insert(name).second) {
             throw std::invalid_argument("compression_training." + technique_key(t) + " group '" + group.name +
                                         "': module '" + name + "' is already in another group of the same technique");
@@ -211,6 +229,11 @@ std::shared_ptr<LinearCompression> ModelCompression::find(const torch::nn::Modul
 void ModelCompression::update(int64_t applied_steps) {
   applied_steps_ = applied_steps;
   for (auto& [layer, compression] : by_layer_) compression->update(config_, applied_steps);
+  for (Technique t : kTechniques) {
+    if (log_ && technique_on(config_, t, applied_steps) && said_on_.insert(t).second) {
+      log_("[deepspeed.cpp] compression: " + technique_key(t) + " on from step " + std::to_string(applied_steps));
+    }
+  }
 }
 
 void ModelCompression::moq_quantize() {
@@ -221,7 +244,13 @@ void ModelCompression::moq_quantize() {
   // DeepSpeed's update: down by the ratio while above 0 (so once below it), then 0.
   if (config_.fp16_mixed_quantize) real_ratio_ = real_ratio_ > 0 ? real_ratio_ - config_.quantize_change_ratio : 0.0;
   for (auto& layer : weight_layers_) {
-    if (layer->moq()) layer->moq_quantize(quantize_steps_, config_, real_ratio_);
+    if (!layer->moq()) continue;
+    const int before = layer->moq_bits();
+    layer->moq_quantize(quantize_steps_, config_, real_ratio_);
+    if (log_ && config_.quantize_verbose && layer->moq_bits() != before) {
+      log_("[deepspeed.cpp] compression: MoQ " + std::to_string(layer->moq_bits()) + " bits from quantization " +
+           std::to_string(quantize_steps_));
+    }
   }
 }
 

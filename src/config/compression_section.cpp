@@ -123,7 +123,7 @@ CompressionTechnique parse_technique(JsonReader& parent, const std::string& key,
                      "topk (DeepSpeed lists l1 but its head pruning has only learned scores: NotImplementedError)");
       t.schedule_offset = shared.get_int("schedule_offset", 1000, 0);
       if (t.enabled && !shared.has("num_heads")) shared.fail("num_heads", "the attention's head count");
-      t.num_heads = static_cast<int>(shared.get_int("num_heads", 0, 0));
+      t.num_heads = static_cast<int>(shared.get_int("num_heads", 0, t.enabled ? 1 : 0));
       break;
     default:  // row and channel pruning
       t.method = shared.get_choice("method", "l1", {"l1", "topk"});

@@ -366,6 +366,7 @@ def test_layer_reduction_takes_the_teachers_chosen_layers():
     ({"head_pruning": technique({"g": group(["o"], dense_ratio=0.5)}, method="l1", num_heads=4)},
      "head_pruning.shared_parameters.method"),
     ({"head_pruning": technique({"g": group(["o"], dense_ratio=0.5)})}, "num_heads"),
+    ({"head_pruning": technique({"g": group(["o"], dense_ratio=0.5)}, num_heads=0)}, "num_heads = 0"),
     ({"row_pruning": technique({"g": {"modules": ["fc1"]}})}, "different_groups.g.params"),
     ({"row_pruning": technique({"g": group("fc1", dense_ratio=0.5)})}, "a list of regular expressions"),
     ({"weight_quantization": technique({"g": group(["q"], start_bits=4, target_bits=8)})}, "start_bits"),
@@ -490,13 +491,42 @@ def test_gpt_train_compresses_as_the_python_front_end(tmp_path):
     assert abs(losses("plain.jsonl")[2] - cpp[2]) > 1e-4  # the compression acts: step 3's loss is not the plain one
 
 
-@pytest.mark.parametrize("section,message", [
-    ({"layer_reduction": {"enabled": True, "module_name_prefix": "h", "teacher_layer": [0]}}, "teacher model"),
-    ({"weight_quantization": technique({"g": group(["wte"], start_bits=8, target_bits=8)})}, "not a Linear layer"),
+@pytest.mark.parametrize("section,flags,message", [
+    ({"layer_reduction": {"enabled": True, "module_name_prefix": "h", "teacher_layer": [0]}}, [], "teacher model"),
+    ({"weight_quantization": technique({"g": group(["wte"], start_bits=8, target_bits=8)},
+                                       quantize_weight_in_forward=True)}, [], "not a Linear layer"),
+    ({"weight_quantization": technique({"g": group(["c_fc"], start_bits=8, target_bits=4)})}, [],
+     "needs fp16 or bf16"),
+    ({"activation_quantization": technique({"g": group(["c_fc"], bits=8)}, range_calibration="static")},
+     ["--activation_checkpointing"], "the recompute would move the running range a second time"),
+    ({"row_pruning": technique({"g": group(["(?P<x>c_fc)"], dense_ratio=0.5)})}, [],
+     "row_pruning.different_groups.g.modules: the pattern '(?P<x>c_fc)'"),
 ])
-def test_gpt_train_refuses_what_it_does_not_compress(tmp_path, section, message):
+def test_gpt_train_refuses_what_it_does_not_compress(tmp_path, section, flags, message):
     path = tmp_path / "compression.json"
     path.write_text(json.dumps({"compression_training": section}))
     out = subprocess.run([GPT_TRAIN, "--model", "tiny", "--seq_len", "32", "--steps", "1", "--compression", str(path),
-                          "--no_progress"], capture_output=True, text=True, timeout=300)
+                          "--no_progress", *flags], capture_output=True, text=True, timeout=300)
     assert out.returncode != 0 and message in out.stderr, out.stderr[-2000:]
+
+
+def test_gpt_train_resumes_its_compression_schedule(tmp_path):
+    """Saved at step 3 and resumed to 5, gpt-train runs steps 4 and 5 with the techniques the uninterrupted run had
+    on then (the schedule is put where the loaded run was)."""
+    config = tmp_path / "ds.json"
+    config.write_text(json.dumps({"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+                                  "steps_per_print": 100, "zero_optimization": {"stage": 1},
+                                  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+                                  "compression_training": gpt_compression()}))
+
+    def gpt_train(steps, metrics, *extra):
+        subprocess.run([GPT_TRAIN, "--model", "tiny", "--seq_len", "32", "--steps", str(steps), "--deepspeed_config",
+                        str(config), "--metrics", str(tmp_path / metrics), "--no_progress", *extra], check=True,
+                       timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        return [json.loads(line)["loss"] for line in open(tmp_path / metrics)]
+
+    whole = gpt_train(5, "whole.jsonl")
+    ckpt = str(tmp_path / "ckpt")
+    first = gpt_train(3, "first.jsonl", "--save_dir", ckpt)
+    resumed = gpt_train(5, "resumed.jsonl", "--load_dir", ckpt)
+    assert first == whole[:3] and resumed == pytest.approx(whole[3:], abs=1e-6), (whole, first, resumed)

@@ -8,7 +8,9 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,7 +79,9 @@ LinearArgs compressed_linear(const std::shared_ptr<LinearCompression>& compressi
 // and groups naming a layer that is not a Linear are refused, std::invalid_argument naming it).
 class ModelCompression {
  public:
-  ModelCompression(const CompressionConfig& config, torch::nn::Module& model);
+  // `log`: where techniques switching on (and, with quantize_verbose, MoQ's bit drops) are said; empty: nowhere.
+  ModelCompression(const CompressionConfig& config, torch::nn::Module& model,
+                   std::function<void(const std::string&)> log = {});
 
   // The layer's compression, or nullptr.
   std::shared_ptr<LinearCompression> find(const torch::nn::Module* layer) const;
@@ -85,6 +89,10 @@ class ModelCompression {
   void on_forward();
   // After an applied optimizer step: MoQ quantizes the new weights, then the schedule moves to `applied_steps`.
   void on_step(int64_t applied_steps);
+  // After a checkpoint's load: the techniques on that the loaded run had on (MoQ's bits start again, as DeepSpeed's).
+  void resume(int64_t applied_steps) { update(applied_steps); }
+  // Whether weight quantization is MoQ (the weights quantized in place after each step).
+  bool moq() const { return config_.weight_quantization.enabled && !config_.quantize_weight_in_forward; }
   size_t layers() const { return by_layer_.size(); }
 
  private:
@@ -92,10 +100,12 @@ class ModelCompression {
   void moq_quantize();
 
   CompressionConfig config_;
+  std::function<void(const std::string&)> log_;
   std::map<const torch::nn::Module*, std::shared_ptr<LinearCompression>> by_layer_;
   // MoQ's layers in the order weight quantization was enabled on them (its stochastic rounding draws in that order).
   std::vector<std::shared_ptr<LinearCompression>> weight_layers_;
   int64_t applied_steps_ = 0;
+  std::set<Technique> said_on_;  // the techniques whose switching on was logged
   int64_t quantize_steps_ = 0;
   double real_ratio_ = 1.0;  // fp16_mixed_quantize's share of the real weight
 };

@@ -159,6 +159,23 @@ class _Compressible:
         """A new weight Parameter of another shape (pruned rows / columns / heads / channels removed)."""
         self.weight = nn.Parameter(data.contiguous())
 
+    def _prune_outputs(self, keep, dim_reduction, kind):
+        """Row (Linear) / channel (Conv2d) pruning made permanent: the outputs outside `keep` removed with their bias
+        entries (dim_reduction), or zeroed; then the technique's mask or scores dropped. Returns the output count."""
+        if dim_reduction:
+            self._replace_weight(self.weight.data[keep.view(-1)])
+            if self.bias is not None:
+                self.bias = nn.Parameter(self.bias.data[keep.view(-1)])
+        else:
+            self.weight.data = self.weight.data * keep.view((-1,) + (1,) * (self.weight.dim() - 1))
+            if self.bias is not None:
+                self.bias.data = self.bias.data * keep.view(-1)
+        method = getattr(self, f"{kind}_pruning_method")
+        delattr(self, f"{kind}_pruning_mask" if method == "l1" else f"{kind}_mask_scores")
+        setattr(self, f"{kind}_pruning_method", None)
+        setattr(self, f"{kind}_pruning_enabled", False)
+        return self.weight.size(0)
+
 
 class LinearLayer_Compress(_Compressible, nn.Linear):
     """nn.Linear with weight / activation quantization and sparse, row and head pruning."""
@@ -223,21 +240,7 @@ class LinearLayer_Compress(_Compressible, nn.Linear):
             self.row_pruning_enabled = False
             return None
         mask = self.get_mask("row").bool()
-        if dim_reduction:
-            self._replace_weight(self.weight.data[mask.view(-1), :])
-            if self.bias is not None:
-                self.bias = nn.Parameter(self.bias.data[mask.view(-1)])
-            self.out_features = self.weight.size(0)
-        else:
-            self.weight.data = self.weight.data * mask.view(-1, 1)
-            if self.bias is not None:
-                self.bias.data = self.bias.data * mask.view(-1)
-        if self.row_pruning_method == "l1":
-            del self.row_pruning_mask
-        else:
-            del self.row_mask_scores
-        self.row_pruning_method = None
-        self.row_pruning_enabled = False
+        self.out_features = self._prune_outputs(mask, dim_reduction, "row")
         return mask
 
     def fix_head_pruning_helper(self, mask=None, num_heads=None, dim_reduction=False):
@@ -322,21 +325,7 @@ class Conv2dLayer_Compress(_Compressible, nn.Conv2d):
             self.channel_pruning_enabled = False
             return None
         mask = self.get_mask("channel").bool()
-        if dim_reduction:
-            self._replace_weight(self.weight.data[mask.view(-1), ...])
-            if self.bias is not None:
-                self.bias = nn.Parameter(self.bias.data[mask.view(-1)])
-            self.out_channels = self.weight.size(0)
-        else:
-            self.weight.data = self.weight.data * mask.view(-1, 1, 1, 1)
-            if self.bias is not None:
-                self.bias.data = self.bias.data * mask.view(-1)
-        if self.channel_pruning_method == "l1":
-            del self.channel_pruning_mask
-        else:
-            del self.channel_mask_scores
-        self.channel_pruning_method = None
-        self.channel_pruning_enabled = False
+        self.out_channels = self._prune_outputs(mask, dim_reduction, "channel")
         return mask
 
     def forward(self, input):

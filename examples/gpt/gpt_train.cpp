@@ -25,6 +25,7 @@
 #include "dscpp/monitor/metrics_jsonl.h"
 #include "dscpp/monitor/step_log.h"
 #include "gpt_pipeline.h"
+#include "model/compression.h"
 #include "model/gpt.h"
 #include "progress_bar.h"
 
@@ -81,6 +82,7 @@ struct Args {
   std::string save_16bit;
   std::string save_dir, load_dir, load_tag, init_from;
   std::string compression;  // a JSON file whose compression_training section replaces the config's
+  int64_t tiled_loss = 0;    // positions per tile of the loss (0: the whole logits at once)
   int64_t save_interval = 0;
   bool no_progress = false;
   bool zero_init = true;
@@ -161,6 +163,9 @@ void add_flags(CLI::App& app, Args& a) {
                  "DeepSpeed Compression: the compression_training section of this JSON file (a DeepSpeed config, or "
                  "the section alone) replaces the config's; the blocks' linear layers are compressed as it says "
                  "(docs/compression.md)");
+  app.add_option("--tiled_loss", a.tiled_loss,
+                 "the loss N positions at a time (ALST's tiled loss): the whole logits never exist at once; 0: off")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--init_from", a.init_from,
                  "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
@@ -471,6 +476,10 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
   t.model = gpt::Gpt(model_cfg, block_built, p.groups ? p.groups->model : nullptr, moe_parallel);
   auto& model = t.model;
   model->set_sequence_group(sequence_group);
+  if (a.tiled_loss > 0 && p.pp > 1) {
+    throw std::invalid_argument("--tiled_loss with pipeline parallelism is not supported yet");
+  }
+  model->set_tiled_loss(a.tiled_loss);
   init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.
@@ -484,35 +493,11 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
     for (const auto& block : model->blocks()) init.gather_units.push_back(block.ptr());
   }
   // DeepSpeed Compression of the blocks' linear layers, set up from the whole weights (as Python's init_compression).
-  if (config.compression.any_enabled()) {
-    if (p.pp > 1 || p.sp > 1 || init.partitioned) {
-      throw std::invalid_argument(std::string("compression_training with ") +
-                                  (p.pp > 1 ? "pipeline" : p.sp > 1 ? "sequence" : "ZeRO-3's partitioned build (use "
-                                                                                    "--zero_init false)") +
-                                  (p.pp > 1 || p.sp > 1 ? " parallelism" : "") + " is not supported yet by gpt-train");
-    }
-    if (!a.init_from.empty()) {  // the masks would come from the random init, and HF has no scores to load
-      throw std::invalid_argument("compression_training with --init_from is not supported yet by gpt-train "
-                                  "(the l1 masks are made from the weights the model starts with)");
-    }
-    if (config.compression.weight_quantization.enabled &&
-        !config.compression.quantize_weight_in_forward &&
-        (config.compute_dtype() == dscpp::DType::kFloat32 || config.zero.stage == 3)) {
-      throw dscpp::ConfigError(
-          "compression_training.weight_quantization.shared_parameters.quantize_weight_in_forward = false (MoQ: "
-          "weights quantized in place after each step) needs fp16 or bf16 (the fp32 master apart from the weights) "
-          "and ZeRO 0-2 (whole weights in the model); set it true to quantize in the forward");
-    }
-    if (a.activation_checkpointing && config.compression.activation_quantization.enabled &&
-        config.compression.activation_quantization.range_calibration == "static") {
-      throw std::invalid_argument("compression_training.activation_quantization.shared_parameters.range_calibration "
-                                  "= \"static\" with --activation_checkpointing: the recompute would move the running "
-                                  "range a second time; use dynamic, or no activation checkpointing");
-    }
-    t.compression = std::make_shared<dscpp::compression::ModelCompression>(config.compression, *model, init.log);
-    model->attach_compression(*t.compression);
-    init.compression_applied = true;
-  }
+  t.compression = gpt::compress(model, config,
+                                {p.pp > 1, p.sp > 1, init.partitioned != nullptr, !a.init_from.empty(),
+                                 a.activation_checkpointing},
+                                init.log);
+  init.compression_applied = t.compression != nullptr;
   // Pipelined, every rank builds the whole model (the same values at every layout) and keeps its stage's layers;
   // the other layers' parameters are released. With --activation_checkpointing each block is checkpointed, as
   // without a pipeline (pipeline.activation_checkpoint_interval 1 unless the config sets one).

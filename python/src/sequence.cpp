@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "dscpp/sequence/distributed_attention.h"
+#include "dscpp/sequence/tiled_loss.h"
 
 namespace py = pybind11;
 
@@ -38,6 +39,10 @@ void bind_sequence(py::module_& m) {
       py::arg("batch_dim"),
       "DistributedAttention::forward over `group` with `local_attention(q, k, v)` (a Python callable) between the "
       "exchanges.");
+  m.def("tiled_cross_entropy", &tiled_cross_entropy, py::arg("hidden"), py::arg("head"), py::arg("targets"),
+        py::arg("tile"), py::arg("vocab") = -1,
+        "Mean cross-entropy of hidden (N, C) · head (V, C)ᵀ against targets (N), `tile` positions at a time: the "
+        "whole logits never exist (dscpp/sequence/tiled_loss.h).");
 }
 
 }  // namespace dscpp::python

@@ -530,3 +530,15 @@ def test_gpt_train_resumes_its_compression_schedule(tmp_path):
     first = gpt_train(3, "first.jsonl", "--save_dir", ckpt)
     resumed = gpt_train(5, "resumed.jsonl", "--load_dir", ckpt)
     assert first == whole[:3] and resumed == pytest.approx(whole[3:], abs=1e-6), (whole, first, resumed)
+
+
+def test_tensor_parallel_layers_compress_each_partition_as_deepspeed(tmp_path):
+    """init_compression(mpu=...) on an mpu's ColumnParallelLinear / RowParallelLinear over 2 ranks: the output, the
+    loss and each rank's weight gradients equal one process computing the same per-partition compression, and
+    redundancy_clean removes each rank's pruned rows with the row-parallel layer's matching columns."""
+    out = tmp_path / "tp.json"
+    run_ranks(2, ["compression_tp.py", str(out)])
+    results = json.loads(out.read_text())
+    for result in results:
+        assert all(result["ok"].values()) and result["type"] == "ColumnParallelLinear_Compress", results
+        assert result["shapes"] == [[4, 8], [8, 4]], results

@@ -5,6 +5,7 @@ whole sequences are one process's. (Sequence x data parallelism is gpt-train's t
 import json
 
 import pytest
+import torch
 
 from conftest import run_ranks
 
@@ -20,3 +21,19 @@ def test_split_sequences_train_as_one_process(stage, tmp_path):
     one = losses(tmp_path, 1, 1, stage)
     assert len(one) == 6
     assert losses(tmp_path, 2, 2, stage) == pytest.approx(one, abs=1e-5)
+
+
+def test_the_tiled_loss_equals_the_untiled_one():
+    """dscpp.sequence.tiled_loss: the loss and gradients of a (2, 37, 16) hidden state against a 50-row head, 8
+    positions at a time, equal F.cross_entropy's over the whole logits."""
+    from dscpp.sequence.tiled_loss import tiled_cross_entropy
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(2, 37, 16, generator=g, requires_grad=True)
+    head = torch.randn(50, 16, generator=g, requires_grad=True)
+    labels = torch.randint(0, 50, (2, 37), generator=g)
+    want = torch.nn.functional.cross_entropy((hidden @ head.t()).reshape(-1, 50), labels.reshape(-1))
+    want_grads = torch.autograd.grad(want, (hidden, head))
+    got = tiled_cross_entropy(hidden, head, labels, tile=8)
+    got_grads = torch.autograd.grad(got, (hidden, head))
+    assert abs(float(got) - float(want)) < 1e-6
+    assert all((a - b).abs().max() < 1e-6 for a, b in zip(got_grads, want_grads))

@@ -3,6 +3,7 @@
 
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/parallel/tensor_parallel_ops.h"
+#include "dscpp/sequence/tiled_loss.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -179,7 +180,15 @@ torch::Tensor GptImpl::loss(const torch::Tensor& idx, const torch::Tensor& targe
     throw std::invalid_argument("Gpt::loss: targets shape " + shape_of(targets) + " must equal idx shape " +
                                 shape_of(idx));
   }
-  auto loss = loss_of_logits(head(hidden(idx)), targets);
+  torch::Tensor loss;
+  if (tiled_loss_ > 0) {
+    const int64_t vocab = config_.data_vocab_size > 0 ? config_.data_vocab_size : config_.vocab_size;
+    const auto x = ln_f->forward(hidden(idx));
+    loss = dscpp::tiled_cross_entropy(x.reshape({-1, x.size(-1)}), wte->weight, targets.reshape({-1}), tiled_loss_,
+                                      vocab);
+  } else {
+    loss = loss_of_logits(head(hidden(idx)), targets);
+  }
   if (sequence_group_) {
     // This rank's share, valued at the whole: value share + (sum − share) = sum, gradient the share's alone.
     const auto share = loss / sequence_group_->world_size();
@@ -214,6 +223,14 @@ void GptImpl::attach_compression(const dscpp::compression::ModelCompression& com
     block->mlp->c_fc_compression = compression.find(block->mlp->c_fc.get());
     block->mlp->c_proj_compression = compression.find(block->mlp->c_proj.get());
   }
+}
+
+void GptImpl::set_tiled_loss(int64_t positions) {
+  if (positions > 0 && group_->world_size() > 1) {
+    throw std::invalid_argument("--tiled_loss with tensor parallelism: the logits are split over the vocabulary "
+                                "there already; use one or the other");
+  }
+  tiled_loss_ = positions;
 }
 
 double GptImpl::moe_all_to_all_seconds() const {

@@ -102,6 +102,11 @@ class GptImpl : public torch::nn::Module {
   // blocks — not supported yet.
   void attach_compression(const dscpp::compression::ModelCompression& compression);
 
+  // loss() through dscpp::tiled_cross_entropy, `positions` at a time (0: the whole logits at once): the (B·T, V)
+  // logits never exist whole. std::invalid_argument with tensor parallelism, whose logits are split over the
+  // vocabulary already (vocab_parallel_cross_entropy).
+  void set_tiled_loss(int64_t positions);
+
   const GptConfig& config() const { return config_; }
   const std::shared_ptr<dscpp::Comm>& model_group() const { return group_; }
   // The trainable parameters that are slices over model_group, by name, and where each sits in the whole parameter
@@ -116,7 +121,8 @@ class GptImpl : public torch::nn::Module {
  private:
   GptConfig config_;
   std::shared_ptr<dscpp::Comm> group_;  // tensor-parallel group (a single-process comm: whole)
-  std::shared_ptr<dscpp::Comm> sequence_group_;  // DeepSpeed-Ulysses (null: off)
+  std::shared_ptr<dscpp::Comm> sequence_group_;
+  int64_t tiled_loss_ = 0;  // positions per tile of the loss (0: untiled)  // DeepSpeed-Ulysses (null: off)
   MoeSettings moe_;
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;

@@ -268,6 +268,13 @@ class LinearLayer_Compress(_Compressible, nn.Linear):
         return mask
 
     def forward(self, input, skip_bias_add=False):
+        input, weight, bias = self.compressed(input)
+        if skip_bias_add:
+            return F.linear(input, weight, None), bias
+        return F.linear(input, weight, bias)
+
+    def compressed(self, input):
+        """(input, weight, bias) as the techniques switched on make them: what the forward multiplies."""
         weight, bias = self._quantized_weight(), self.bias
         if self.sparse_pruning_enabled and self.sparse_pruning_method:
             weight = weight * self.get_mask("sparse").view(weight.shape)
@@ -279,9 +286,7 @@ class LinearLayer_Compress(_Compressible, nn.Linear):
         if self.head_pruning_enabled and self.head_pruning_method:
             weight = self._head_masked(weight, self.get_mask("head"))
         input = self._quantized_input(input, input.numel() // input.size(-1))  # dynamic: one group per token
-        if skip_bias_add:
-            return F.linear(input, weight, None), bias
-        return F.linear(input, weight, bias)
+        return input, weight, bias
 
 
 class Conv2dLayer_Compress(_Compressible, nn.Conv2d):

@@ -16,6 +16,7 @@ import torch
 
 from .._C import compression as _q
 from .basic_layer import BNLayer_Compress, Conv2dLayer_Compress, Embedding_Compress, LinearLayer_Compress
+from . import parallel_layer
 from .helper import recursive_getattr, recursive_setattr
 
 # The techniques in the order redundancy_clean makes them permanent (quantized values first, then masks over them).
@@ -37,16 +38,22 @@ def compression_config(deepspeed_config):
     return json.loads(text)
 
 
-def is_module_compressible(module):
-    return isinstance(module, (torch.nn.Linear, torch.nn.Conv2d, torch.nn.Embedding, torch.nn.BatchNorm2d))
+def is_module_compressible(module, mpu=None):
+    """A layer compression wraps: Linear, Conv2d, Embedding, BatchNorm2d, and with an mpu its tensor-parallel
+    linears (mpu.ColumnParallelLinear, mpu.RowParallelLinear, as Megatron's mpu has them)."""
+    kinds = (torch.nn.Linear, torch.nn.Conv2d, torch.nn.Embedding, torch.nn.BatchNorm2d)
+    if mpu is not None:
+        kinds += tuple(getattr(mpu, name) for name in ("ColumnParallelLinear", "RowParallelLinear")
+                       if hasattr(mpu, name))
+    return isinstance(module, kinds)
 
 
-def get_module_name(group_name, model, key_word, exist_module_name, verbose=True):
+def get_module_name(group_name, model, key_word, exist_module_name, verbose=True, mpu=None):
     """The compressible modules whose names `key_word` matches (re.search), not taken by an earlier group of the same
     technique; with `verbose`, one taken already is an error naming it."""
     names = []
     for name, module in model.named_modules():
-        if not is_module_compressible(module) or re.search(key_word, name) is None:
+        if not is_module_compressible(module, mpu) or re.search(key_word, name) is None:
             continue
         if name in exist_module_name:
             if verbose:
@@ -58,16 +65,16 @@ def get_module_name(group_name, model, key_word, exist_module_name, verbose=True
     return names, exist_module_name
 
 
-def _groups(model, technique, section):
+def _groups(model, technique, section, mpu=None):
     """Per group: (module names per `modules` entry, related module names per entry, the group's parameters merged
     with the shared ones)."""
     taken = set()
     out = []
     for group_name, group in section["different_groups"].items():
-        names = [get_module_name(group_name, model, kw, taken)[0] for kw in group["modules"]]
+        names = [get_module_name(group_name, model, kw, taken, mpu=mpu)[0] for kw in group["modules"]]
         related = []
         for patterns in group.get("related_modules") or []:
-            related.append([get_module_name(group_name, model, kw, set())[0] for kw in patterns])
+            related.append([get_module_name(group_name, model, kw, set(), mpu=mpu)[0] for kw in patterns])
         if any(names):
             out.append((names, related, {**group["params"], **section["shared_parameters"]}))
     return out
@@ -135,9 +142,6 @@ def init_compression(model, deepspeed_config, teacher_model=None, mpu=None):
     """Makes `model`'s layers compression-aware as the config's compression_training says (with layer reduction,
     first initialises the student's layers from `teacher_model`'s). Returns the model; its techniques switch on at
     their schedule_offset, stepped by the engine dscpp.initialize builds from the same config."""
-    if mpu is not None:
-        raise NotImplementedError("init_compression(mpu=...): compressing Megatron-style tensor-parallel layers is "
-                                  "not supported yet by deepspeed.cpp")
     config = compression_config(deepspeed_config)
     c_model = model.module if hasattr(model, "module") else model
     if config["layer_reduction"]["enabled"]:
@@ -148,10 +152,14 @@ def init_compression(model, deepspeed_config, teacher_model=None, mpu=None):
     named = set()  # the modules some switched-on technique names
     for technique in TECHNIQUES:
         if config[technique]["shared_parameters"]["enabled"]:
-            for names, _, _ in _groups(c_model, technique, config[technique]):
+            for names, _, _ in _groups(c_model, technique, config[technique], mpu):
                 named.update(n for entry in names for n in entry)
     for name, module in list(c_model.named_modules()):
-        if not is_module_compressible(module):
+        tensor_parallel = parallel_layer.replacement(module, mpu)
+        if tensor_parallel is not None:  # each rank compresses its partition, as DeepSpeed's
+            recursive_setattr(c_model, name, tensor_parallel)
+            continue
+        if not is_module_compressible(module) or isinstance(module, parallel_layer.PARALLEL):
             continue
         if _base_layer(module) is None and not isinstance(module, tuple(_COMPRESS_AWARE.values())):
             if name in named:  # replacing it would drop its own forward
@@ -165,7 +173,7 @@ def init_compression(model, deepspeed_config, teacher_model=None, mpu=None):
         section = config[technique]
         if not section["shared_parameters"]["enabled"]:
             continue
-        for names, _, params in _groups(c_model, technique, section):
+        for names, _, params in _groups(c_model, technique, section, mpu):
             for name in (n for entry in names for n in entry):
                 _enable(recursive_getattr(c_model, name), technique, params)
     c_model._dscpp_compression = config  # what initialize's schedule steps
@@ -178,14 +186,12 @@ def redundancy_clean(model, deepspeed_config, mpu=None, pack=True):
     cleaned model computes what the compressed one did. With `pack` (the default) each quantized weight is then stored
     at its bits (buffers weight_codes / weight_codebook instead of the weight parameter); pack=False keeps DeepSpeed's
     layout — fp32 weights holding the quantized values — whose state_dict loads into the uncompressed model."""
-    if mpu is not None:
-        raise NotImplementedError("redundancy_clean(mpu=...): tensor-parallel layers are not supported yet")
     config = compression_config(deepspeed_config)
     c_model = model.module if hasattr(model, "module") else model
     quantized = []
     for technique in TECHNIQUES:
         section = config[technique]
-        for names, related, params in _groups(c_model, technique, section):
+        for names, related, params in _groups(c_model, technique, section, mpu):
             masks = []  # the group's masks so far, in module order: related module j follows masks[j]
             shrink = bool(related)
             for i, entry in enumerate(names):

@@ -2,6 +2,8 @@
 // each tile's logits to form its gradient (softmax − one-hot), so no tile's logits outlive the tile.
 #include "dscpp/sequence/tiled_loss.h"
 
+#include <ATen/autocast_mode.h>
+
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -46,7 +48,8 @@ class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
     const int64_t n = hidden.size(0);
     const torch::Tensor scale = grads[0].to(torch::kFloat) / static_cast<double>(n);
     torch::Tensor grad_hidden = torch::empty_like(hidden);
-    torch::Tensor grad_head = torch::zeros_like(head);
+    // Summed over the tiles in fp32 and rounded once, as the untiled product accumulates (bf16/fp16 heads).
+    torch::Tensor grad_head = torch::zeros(head.sizes(), head.options().dtype(torch::kFloat));
     for (int64_t start = 0; start < n; start += tile) {
       const int64_t rows = std::min(tile, n - start);
       const torch::Tensor h = hidden.narrow(0, start, rows);
@@ -56,9 +59,9 @@ class TiledCrossEntropy : public torch::autograd::Function<TiledCrossEntropy> {
       d = (d * scale).to(hidden.scalar_type());
       if (vocab < head.size(0)) d = torch::constant_pad_nd(d, {0, head.size(0) - vocab});
       grad_hidden.narrow(0, start, rows).copy_(d.matmul(head));
-      grad_head += d.t().matmul(h);
+      grad_head += d.t().matmul(h).to(torch::kFloat);
     }
-    return {grad_hidden, grad_head, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {grad_hidden, grad_head.to(head.scalar_type()), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -75,6 +78,18 @@ torch::Tensor tiled_cross_entropy(const torch::Tensor& hidden, const torch::Tens
                                 ": expected hidden (N, C), head (V, C), targets (N), 0 < vocab <= V");
   }
   if (tile < 1) throw std::invalid_argument("tiled_cross_entropy: tile " + std::to_string(tile) + ": at least 1");
+  // Every target a class: an ignored label (Hugging Face's -100) would be dropped from the sum but not from N.
+  const auto [lowest, highest] = torch::aminmax(targets);
+  if (lowest.item<int64_t>() < 0 || highest.item<int64_t>() >= vocab) {
+    throw std::invalid_argument("tiled_cross_entropy: targets span [" + std::to_string(lowest.item<int64_t>()) + ", " +
+                                std::to_string(highest.item<int64_t>()) + "]; each must be a class in [0, " +
+                                std::to_string(vocab) + ") (no ignore_index, such as -100, yet)");
+  }
+  // The backward recomputes the logits outside any autocast region, which would differentiate another function.
+  if (at::autocast::is_autocast_enabled(at::kCPU) || at::autocast::is_autocast_enabled(at::kCUDA)) {
+    throw std::invalid_argument("tiled_cross_entropy: not under autocast yet; cast hidden and head to the dtype to "
+                                "compute in instead");
+  }
   return TiledCrossEntropy::apply(hidden, head, targets, tile, vocab);
 }
 

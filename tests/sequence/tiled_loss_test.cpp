@@ -37,6 +37,21 @@ TEST(TiledLoss, EqualsTheUntiledLossAndGradients) {
   }
 }
 
+// bf16: the head's gradient summed over tiles in fp32 and rounded once, as the untiled product's.
+TEST(TiledLoss, HalfPrecisionHeadGradientIsRoundedOnce) {
+  Case plain = make_case(64, 50);
+  auto hidden = plain.hidden.detach().to(torch::kBFloat16).requires_grad_();
+  auto head = plain.head.detach().to(torch::kBFloat16).requires_grad_();
+  const auto logits = hidden.matmul(head.t()).to(torch::kFloat);
+  torch::nn::functional::cross_entropy(logits, plain.targets).backward();
+  auto hidden2 = plain.hidden.detach().to(torch::kBFloat16).requires_grad_();
+  auto head2 = plain.head.detach().to(torch::kBFloat16).requires_grad_();
+  tiled_cross_entropy(hidden2, head2, plain.targets, 4).backward();
+  EXPECT_EQ(head2.grad().scalar_type(), torch::kBFloat16);
+  const double scale = head.grad().abs().max().item<double>();
+  EXPECT_LT((head2.grad() - head.grad()).abs().max().item<double>(), 1e-2 * scale);
+}
+
 TEST(TiledLoss, NamesBadShapes) {
   const Case c = make_case(4, 50);
   try {
@@ -46,6 +61,7 @@ TEST(TiledLoss, NamesBadShapes) {
     EXPECT_NE(std::string(e.what()).find("hidden (4, 16), head (50, 8)"), std::string::npos) << e.what();
   }
   EXPECT_THROW(tiled_cross_entropy(c.hidden, c.head, c.targets, 0), std::invalid_argument);
+  EXPECT_THROW(tiled_cross_entropy(c.hidden, c.head, torch::full({4}, -100, torch::kLong), 2), std::invalid_argument);
   EXPECT_THROW(tiled_cross_entropy(c.hidden, c.head, c.targets, 2, 51), std::invalid_argument);
 }
 

@@ -13,7 +13,7 @@ std::shared_ptr<dscpp::compression::ModelCompression> compress(Gpt& model, const
   if (run.pipeline || run.sequence_parallel || run.partitioned) {
     const char* what = run.pipeline            ? "pipeline parallelism"
                        : run.sequence_parallel ? "sequence parallelism"
-                                               : "ZeRO-3's partitioned build (--zero_init false)";
+                                               : "ZeRO-3's partitioned build (use --zero_init false)";
     throw std::invalid_argument(std::string("compression_training with ") + what + " is not supported yet by gpt-train");
   }
   if (run.init_from) {  // the masks would come from the random init, and HF has no scores to load

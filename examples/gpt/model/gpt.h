@@ -121,8 +121,8 @@ class GptImpl : public torch::nn::Module {
  private:
   GptConfig config_;
   std::shared_ptr<dscpp::Comm> group_;  // tensor-parallel group (a single-process comm: whole)
-  std::shared_ptr<dscpp::Comm> sequence_group_;
-  int64_t tiled_loss_ = 0;  // positions per tile of the loss (0: untiled)  // DeepSpeed-Ulysses (null: off)
+  std::shared_ptr<dscpp::Comm> sequence_group_;  // DeepSpeed-Ulysses (null: off)
+  int64_t tiled_loss_ = 0;                       // positions per tile of the loss (0: untiled)
   MoeSettings moe_;
   std::vector<Block> blocks_;  // the same modules as h, typed
   BlockRunner block_runner_;

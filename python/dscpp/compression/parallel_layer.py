@@ -30,6 +30,14 @@ def _comm(mpu):
     return _comms[id(group)]
 
 
+def _partition(mpu, size, layer, what):
+    """The Comm over the mpu's model-parallel group and this rank's share of `size` (which must divide)."""
+    comm = _comm(mpu)
+    if size % comm.world_size:
+        raise ValueError(f"{layer}: {what} {size} does not divide over the model-parallel size {comm.world_size}")
+    return comm, size // comm.world_size
+
+
 class _SplitLastDim(torch.autograd.Function):
     """This rank's columns of a whole input; backward all-gathers the columns' gradients (Megatron's scatter)."""
 
@@ -48,12 +56,9 @@ class ColumnParallelLinear_Compress(LinearLayer_Compress):
     bias None unless skip_bias_add."""
 
     def __init__(self, mpu, input_size, output_size, bias=True, gather_output=True, skip_bias_add=False):
-        self.comm = _comm(mpu)
-        world = self.comm.world_size
-        if output_size % world:
-            raise ValueError(f"ColumnParallelLinear_Compress: output_size {output_size} does not divide over the "
-                             f"model-parallel size {world}")
-        super().__init__(input_size, output_size // world, bias=bias)
+        comm, rows = _partition(mpu, output_size, "ColumnParallelLinear_Compress", "output_size")
+        super().__init__(input_size, rows, bias=bias)
+        self.comm = comm
         self.input_size, self.output_size = input_size, output_size
         self.gather_output, self.skip_bias_add = gather_output, skip_bias_add
 
@@ -70,12 +75,9 @@ class RowParallelLinear_Compress(LinearLayer_Compress):
     whole bias added once (or returned with skip_bias_add). Returns (output, bias) as Megatron's."""
 
     def __init__(self, mpu, input_size, output_size, bias=True, input_is_parallel=False, skip_bias_add=False):
-        self.comm = _comm(mpu)
-        world = self.comm.world_size
-        if input_size % world:
-            raise ValueError(f"RowParallelLinear_Compress: input_size {input_size} does not divide over the "
-                             f"model-parallel size {world}")
-        super().__init__(input_size // world, output_size, bias=bias)
+        comm, columns = _partition(mpu, input_size, "RowParallelLinear_Compress", "input_size")
+        super().__init__(columns, output_size, bias=bias)
+        self.comm = comm
         self.input_size, self.output_size = input_size, output_size
         self.input_is_parallel, self.skip_bias_add = input_is_parallel, skip_bias_add
 

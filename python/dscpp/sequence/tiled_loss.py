@@ -11,8 +11,8 @@ def tiled_cross_entropy(hidden, head_weight, targets, tile, vocab=None):
     """Mean cross-entropy of hidden · head_weightᵀ against `targets` (its value and gradients are the untiled
     computation's, the softmax in fp32), `tile` positions at a time. `hidden` (..., C) and `targets` (...) are
     flattened over their leading dimensions; `vocab`: the logits' first columns that count (a padded head), default
-    all. No ignore_index yet (every target must be a class: -100 is refused), and not under torch.autocast (cast
-    hidden and the head instead): ValueError naming either."""
+    all. No ignore_index yet (every target must be a class: cross_entropy stops on -100), and not under
+    torch.autocast (cast hidden and the head instead: ValueError)."""
     c = hidden.shape[-1]
     return _C.tiled_cross_entropy(hidden.reshape(-1, c), head_weight, targets.reshape(-1), int(tile),
                                   -1 if vocab is None else int(vocab))

@@ -2,6 +2,7 @@
 // basic_layer.py) and its schedule, the same arithmetic and the same order of enabling (technique by technique, each
 // group's patterns in turn, modules in registration order). Learned scores draw from torch's generator where the
 // program's model build left it; Python's layer replacement draws a fresh init for every layer first, so those differ.
+// A tensor-parallel slice computes its part of the whole layer's compression (layer_partition.h).
 #include "dscpp/compression/linear_compression.h"
 
 #include <algorithm>
@@ -44,9 +45,16 @@ bool named_by(const std::string& pattern, const std::string& name, const std::st
 
 }  // namespace
 
+std::vector<int64_t> LinearCompression::whole_shape() const {
+  return partition_ ? partition_->weight.whole_shape : layer_->weight.sizes().vec();
+}
+
 void LinearCompression::enable(Technique t, const CompressionConfig& config, const CompressionGroup& group) {
   torch::NoGradGuard no_grad;
   const torch::Tensor& w = layer_->weight;
+  // l1 masks are made from the whole layer's weight (assembled once, on a tensor-parallel slice).
+  auto whole_weight = [&] { return partition_ ? partition_->whole(w) : w; };
+  const std::vector<int64_t> shape = whole_shape();
   const CompressionTechnique& c = technique_config(config, t);
   switch (t) {
     case Technique::kWeightQuantization:
@@ -55,38 +63,44 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
       weight_kind_ = weight_quantizer(group.target_bits, c.quantization_type == "symmetric");
       weight_groups_ = config.quantize_groups;
       moq_bits_ = {group.start_bits, group.target_bits, group.quantization_period};
-      if (w.numel() % weight_groups_ != 0) {
+      if ((shape[0] * shape[1]) % weight_groups_ != 0) {
         throw std::invalid_argument("compression_training.weight_quantization: quantize_groups " +
                                     std::to_string(weight_groups_) + " does not divide " + name_ + "'s " +
-                                    std::to_string(w.numel()) + " weights");
+                                    std::to_string(shape[0] * shape[1]) + " weights");
       }
+      if (partition_ && !in_forward_) {
+        throw std::invalid_argument("compression_training.weight_quantization.shared_parameters."
+                                    "quantize_weight_in_forward = false (MoQ) with tensor parallelism is not "
+                                    "supported yet (" + name_ + " is sliced; MoQ rounds whole weights in place)");
+      }
+      groups_local_ = !partition_ || partition_->groups_aligned(weight_groups_);
       break;
     case Technique::kSparsePruning:
       sparse_ = true;
       sparse_ratio_ = group.dense_ratio;
       if (c.method == "l1") {
-        sparse_mask_ = layer_->register_buffer("sparse_pruning_mask", topk_mask(w.abs(), sparse_ratio_));
+        sparse_mask_ = layer_->register_buffer("sparse_pruning_mask", topk_mask(whole_weight().abs(), sparse_ratio_));
       } else {
-        sparse_scores_ = layer_->register_parameter("sparse_mask_scores", learned_scores(w.sizes(), w));
+        sparse_scores_ = layer_->register_parameter("sparse_mask_scores", learned_scores(shape, w));
       }
       break;
     case Technique::kRowPruning:
       row_ = true;
       row_ratio_ = group.dense_ratio;
       if (c.method == "l1") {
-        const auto norms = at::linalg_vector_norm(w, 1, {1}, false, std::nullopt);
+        const auto norms = at::linalg_vector_norm(whole_weight(), 1, {1}, false, std::nullopt);
         row_mask_ = layer_->register_buffer("row_pruning_mask", topk_mask(norms, row_ratio_).view({-1, 1}));
       } else {
-        row_scores_ = layer_->register_parameter("row_mask_scores", learned_scores({w.size(0), 1}, w));
+        row_scores_ = layer_->register_parameter("row_mask_scores", learned_scores({shape[0], 1}, w));
       }
       break;
     case Technique::kHeadPruning:
       head_ = true;
       head_ratio_ = group.dense_ratio;
       num_heads_ = c.num_heads;
-      if (w.size(1) % num_heads_ != 0) {
+      if (shape[1] % num_heads_ != 0) {
         throw std::invalid_argument("compression_training.head_pruning: num_heads " + std::to_string(num_heads_) +
-                                    " does not divide " + name_ + "'s " + std::to_string(w.size(1)) + " inputs");
+                                    " does not divide " + name_ + "'s " + std::to_string(shape[1]) + " inputs");
       }
       head_scores_ = layer_->register_parameter("head_pruning_scores", learned_scores({1, num_heads_}, w));
       break;
@@ -114,32 +128,50 @@ void LinearCompression::update(const CompressionConfig& config, int64_t applied_
       activation_on_ || (activation_ && technique_on(config, Technique::kActivationQuantization, applied_steps));
 }
 
+torch::Tensor LinearCompression::quantized_weight(const torch::Tensor& w) const {
+  if (groups_local_) {  // this rank's groups are whole groups: its slice quantizes on its own
+    return fake_quantize(w, weight_kind_, moq_bits_.target, partition_ ? partition_->local_groups(weight_groups_)
+                                                                       : weight_groups_);
+  }
+  // Groups straddle the ranks' slices: the whole weight quantized (as one process does) and this rank's part taken,
+  // the gradient straight through to the slice (q + (w − w) is q exactly).
+  const torch::Tensor q = partition_->local(quantize(partition_->whole(w), weight_kind_, moq_bits_.target,
+                                                     weight_groups_));
+  return q + (w - w.detach());
+}
+
 torch::Tensor LinearCompression::weight(const torch::Tensor& w) const {
   torch::Tensor out = w;
-  if (weight_on_ && in_forward_) out = fake_quantize(out, weight_kind_, moq_bits_.target, weight_groups_);
+  if (weight_on_ && in_forward_) out = quantized_weight(out);
   if (sparse_on_) {
-    out = out * (sparse_scores_.defined() ? topk_mask(sparse_scores_, sparse_ratio_) : sparse_mask_).view(w.sizes());
+    out = out * part(sparse_scores_.defined() ? topk_mask(shared(sparse_scores_), sparse_ratio_) : sparse_mask_);
   }
-  if (row_on_) out = out * (row_scores_.defined() ? topk_mask(row_scores_, row_ratio_) : row_mask_).view({-1, 1});
-  if (head_on_) {  // the input columns of each pruned head zeroed
-    const int64_t rows = w.size(0), cols = w.size(1);
-    const torch::Tensor mask = topk_mask(head_scores_, head_ratio_);
-    out = (out.t().reshape({num_heads_, -1}) * mask.view({-1, 1})).reshape({cols, rows}).t();
+  if (row_on_) out = out * part(row_scores_.defined() ? topk_mask(shared(row_scores_), row_ratio_) : row_mask_);
+  if (head_on_) {  // the input columns of each pruned head zeroed: a head is a run of in/num_heads columns
+    const torch::Tensor heads = topk_mask(shared(head_scores_), head_ratio_);
+    out = out * part(heads.repeat_interleave(whole_shape()[1] / num_heads_, 1));
   }
   return out;
 }
 
 torch::Tensor LinearCompression::bias(const torch::Tensor& b) const {
   if (!row_on_ || !b.defined()) return b;
-  return b * (row_scores_.defined() ? topk_mask(row_scores_, row_ratio_) : row_mask_).view(-1);
+  return b * part(row_scores_.defined() ? topk_mask(shared(row_scores_), row_ratio_) : row_mask_).view(-1);
 }
 
 torch::Tensor LinearCompression::input(const torch::Tensor& x, bool training) const {
   if (!activation_on_) return x;
-  if (!x_min_max_.defined()) return fake_quantize(x, activation_kind_, activation_bits_, x.numel() / x.size(-1));
+  // A row-parallel slice's input is split over its features: the ranges are the whole features', over the group.
+  const bool split = partition_ && partition_->input_split();
+  if (!x_min_max_.defined()) {  // dynamic: one group per token
+    const int64_t tokens = x.numel() / x.size(-1);
+    if (split) return fake_quantize(x, activation_kind_, activation_bits_, tokens, partition_->input_range(x, true));
+    return fake_quantize(x, activation_kind_, activation_bits_, tokens);
+  }
   if (training) {  // QuantAct: a running range, momentum 0.95, started at the first batch's
     torch::NoGradGuard no_grad;
-    const torch::Tensor lo = x.min(), hi = x.max();
+    const torch::Tensor whole = split ? partition_->input_range(x, false) : torch::Tensor();
+    const torch::Tensor lo = split ? whole[0] : x.min(), hi = split ? whole[1] : x.max();
     torch::Tensor range = x_min_max_;
     if (range[0].item<double>() == range[1].item<double>()) {
       range[0] = lo;
@@ -172,7 +204,8 @@ LinearArgs compressed_linear(const std::shared_ptr<LinearCompression>& compressi
 }
 
 ModelCompression::ModelCompression(const CompressionConfig& config, torch::nn::Module& model,
-                                   std::function<void(const std::string&)> log)
+                                   std::function<void(const std::string&)> log,
+                                   const TensorParallelLayout& tensor_parallel)
     : config_(config), log_(std::move(log)) {
   if (config.layer_reduction.enabled) {
     throw std::invalid_argument("compression_training.layer_reduction: needs the teacher model, which only "
@@ -206,7 +239,12 @@ ModelCompression::ModelCompression(const CompressionConfig& config, torch::nn::M
                                         "linear layers only (dscpp.compression from Python has the others)");
           }
           auto& layer = by_name[name];
-          if (!layer) layer = std::make_shared<LinearCompression>(name, *linear);
+          if (!layer) {
+            std::optional<LayerPartition> partition;
+            const auto slice = tensor_parallel.slices.find(name + ".weight");
+            if (slice != tensor_parallel.slices.end()) partition = LayerPartition{tensor_parallel.group, slice->second};
+            layer = std::make_shared<LinearCompression>(name, *linear, std::move(partition));
+          }
           layer->enable(t, config, group);
           by_layer_[item.value().get()] = layer;
           // A weight shared by two layers (a tied head) is quantized once per step, as DeepSpeed's per-parameter MoQ.

@@ -23,7 +23,10 @@ torch::Tensor symmetric(const torch::Tensor& x, int bits, int64_t groups, const 
   const int64_t q_range = int64_t{1} << bits;
   torch::Tensor input = x;
   torch::Tensor max_input;
-  if (range.defined()) {  // static calibration: max(|min|, max) of the running range, one group
+  if (range.defined() && range.dim() == 2) {  // each group's [min, max]: max(|min|, max) is its max |x|
+    input = grouped(x, groups);
+    max_input = torch::max(range.select(1, 0).abs(), range.select(1, 1)).view({groups, -1});
+  } else if (range.defined()) {  // static calibration: max(|min|, max) of the running range, one group
     max_input = torch::max(range[0].abs(), range[1]).view(-1);
   } else {
     input = grouped(x, groups);
@@ -40,7 +43,11 @@ torch::Tensor symmetric(const torch::Tensor& x, int bits, int64_t groups, const 
 torch::Tensor asymmetric(const torch::Tensor& x, int bits, int64_t groups, const torch::Tensor& range) {
   const int64_t q_range = int64_t{1} << bits;
   torch::Tensor input = x, min_value, max_value;
-  if (range.defined()) {
+  if (range.defined() && range.dim() == 2) {  // each group's [min, max]
+    input = grouped(x, groups);
+    min_value = range.select(1, 0).view({groups, 1});
+    max_value = range.select(1, 1).view({groups, 1});
+  } else if (range.defined()) {
     min_value = range[0];
     max_value = range[1];
   } else {
@@ -88,6 +95,12 @@ torch::Tensor quantize_impl(const torch::Tensor& x, QuantKind kind, int bits, in
   check_bits(bits, kind);
   if (range.defined() && (kind == QuantKind::kTernary || kind == QuantKind::kBinary)) {
     throw std::invalid_argument("quantize: a static range is for symmetric / asymmetric quantization only");
+  }
+  const bool one_range = range.dim() == 1 && range.numel() == 2;
+  const bool per_group = range.dim() == 2 && range.size(0) == groups && range.size(1) == 2;
+  if (range.defined() && !one_range && !per_group) {
+    throw std::invalid_argument("quantize: a range is [min, max] (2) or one per group (" + std::to_string(groups) +
+                                ", 2)");
   }
   switch (kind) {
     case QuantKind::kSymmetric: return symmetric(x, bits, groups, range);

@@ -33,7 +33,9 @@ std::shared_ptr<dscpp::compression::ModelCompression> compress(Gpt& model, const
                                 "\"static\" with --activation_checkpointing: the recompute would move the running "
                                 "range a second time; use dynamic, or no activation checkpointing");
   }
-  auto compression = std::make_shared<dscpp::compression::ModelCompression>(c, *model, std::move(log));
+  // Sliced over --tensor_parallel, each layer compresses as its whole layer: the run equals one process's.
+  const dscpp::compression::TensorParallelLayout tensor_parallel{model->model_group(), model->tensor_parallel_slices()};
+  auto compression = std::make_shared<dscpp::compression::ModelCompression>(c, *model, std::move(log), tensor_parallel);
   model->attach_compression(*compression);
   return compression;
 }

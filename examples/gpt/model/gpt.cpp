@@ -212,10 +212,8 @@ void GptImpl::set_sequence_group(std::shared_ptr<dscpp::Comm> group) {
 }
 
 void GptImpl::attach_compression(const dscpp::compression::ModelCompression& compression) {
-  if (config_.moe_experts > 0 || group_->world_size() > 1) {
-    throw std::invalid_argument("compression_training with " +
-                                std::string(config_.moe_experts > 0 ? "MoE blocks" : "tensor parallelism") +
-                                " is not supported yet by gpt-train");
+  if (config_.moe_experts > 0) {
+    throw std::invalid_argument("compression_training with MoE blocks is not supported yet by gpt-train");
   }
   for (auto& block : blocks_) {
     block->attn->c_attn_compression = compression.find(block->attn->c_attn.get());

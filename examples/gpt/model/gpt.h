@@ -97,9 +97,9 @@ class GptImpl : public torch::nn::Module {
   void set_sequence_group(std::shared_ptr<dscpp::Comm> group);
 
   // DeepSpeed Compression of the blocks' linear layers as `compression` (built over this model) has them: each
-  // attention's and dense MLP's layers compute through their LinearCompression from here on.
-  // std::invalid_argument with tensor parallelism (each rank would quantize its slice with scales of its own) or MoE
-  // blocks — not supported yet.
+  // attention's and dense MLP's layers compute through their LinearCompression from here on (sliced layers as their
+  // whole layers: `compression` built with this model's model_group() and tensor_parallel_slices()).
+  // std::invalid_argument with MoE blocks — not supported yet.
   void attach_compression(const dscpp::compression::ModelCompression& compression);
 
   // loss() through dscpp::tiled_cross_entropy, `positions` at a time (0: the whole logits at once): the (B·T, V)

@@ -12,9 +12,13 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "dscpp/checkpoint/tensor_slice.h"
+#include "dscpp/comm/comm.h"
+#include "dscpp/compression/layer_partition.h"
 #include "dscpp/compression/quantize.h"
 #include "dscpp/compression/schedule.h"
 #include "dscpp/config/compression.h"
@@ -23,10 +27,13 @@ namespace dscpp::compression {
 
 class LinearCompression {
  public:
-  LinearCompression(std::string name, torch::nn::LinearImpl& layer) : layer_(&layer), name_(std::move(name)) {}
+  // `partition`: the layer is a tensor-parallel slice that computes as its whole layer (layer_partition.h).
+  LinearCompression(std::string name, torch::nn::LinearImpl& layer, std::optional<LayerPartition> partition = {})
+      : layer_(&layer), name_(std::move(name)), partition_(std::move(partition)) {}
 
   // Enables technique `t` with its group's parameters: masks are made now (l1: from the layer's current weight) and
-  // learned scores drawn (kaiming-uniform, from torch's generator), each registered on the layer.
+  // learned scores drawn (kaiming-uniform, from torch's generator), each registered on the layer — whole-layer
+  // shaped, also on a tensor-parallel slice.
   void enable(Technique t, const CompressionConfig& config, const CompressionGroup& group);
 
   // The switches after `applied_steps` (a technique, once on, stays on).
@@ -46,15 +53,23 @@ class LinearCompression {
   const c10::TensorImpl* weight_impl() const { return layer_->weight.unsafeGetTensorImpl(); }
 
  private:
+  std::vector<int64_t> whole_shape() const;
+  // A whole-layer mask or scores as this rank computes with them (the identity without a partition).
+  torch::Tensor part(const torch::Tensor& t) const { return partition_ ? partition_->local(t) : t; }
+  torch::Tensor shared(const torch::Tensor& scores) const { return partition_ ? partition_->shared(scores) : scores; }
+  torch::Tensor quantized_weight(const torch::Tensor& w) const;
+
   torch::nn::LinearImpl* layer_ = nullptr;
   std::string name_;
+  std::optional<LayerPartition> partition_;
   // Which techniques the layer has, and which are on now.
   bool weight_quantization_ = false, sparse_ = false, row_ = false, head_ = false, activation_ = false;
   bool weight_on_ = false, sparse_on_ = false, row_on_ = false, head_on_ = false, activation_on_ = false;
   // weight quantization
   bool in_forward_ = false;
   QuantKind weight_kind_ = QuantKind::kSymmetric;
-  int64_t weight_groups_ = 1;
+  int64_t weight_groups_ = 1;  // the whole layer's
+  bool groups_local_ = true;    // each group within this rank's slice (always, unpartitioned)
   MoqBits moq_bits_;
   // pruning: an l1 mask (buffer) or learned scores (parameter), and the kept ratio
   torch::Tensor sparse_mask_, sparse_scores_, row_mask_, row_scores_, head_scores_;
@@ -74,14 +89,23 @@ struct LinearArgs {
 LinearArgs compressed_linear(const std::shared_ptr<LinearCompression>& compression, const torch::Tensor& x,
                              const torch::nn::Linear& layer);
 
+// A model whose linear layers are tensor-parallel slices: the model-parallel group, and each sliced parameter's place
+// in its whole by name (as named_parameters() names it; GptImpl::tensor_parallel_slices() gives them).
+struct TensorParallelLayout {
+  std::shared_ptr<Comm> group;
+  std::map<std::string, TensorSlice> slices;
+};
+
 // Every linear layer of `model` the config names, with the schedule: gpt-train's counterpart of Python's
 // init_compression + compression_scheduler (techniques that need other layers — layer reduction, channel pruning —
 // and groups naming a layer that is not a Linear are refused, std::invalid_argument naming it).
 class ModelCompression {
  public:
   // `log`: where techniques switching on (and, with quantize_verbose, MoQ's bit drops) are said; empty: nowhere.
+  // `tensor_parallel`: the layers it slices compress as their whole layers (a collective set-up: every rank of the
+  // group builds its ModelCompression at the same point).
   ModelCompression(const CompressionConfig& config, torch::nn::Module& model,
-                   std::function<void(const std::string&)> log = {});
+                   std::function<void(const std::string&)> log = {}, const TensorParallelLayout& tensor_parallel = {});
 
   // The layer's compression, or nullptr.
   std::shared_ptr<LinearCompression> find(const torch::nn::Module* layer) const;

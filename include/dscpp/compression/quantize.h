@@ -24,8 +24,9 @@ enum class QuantKind : int64_t {
 // The quantizer DeepSpeed picks for weights of `bits`: ternary at 2, binary at 1, else symmetric / asymmetric.
 QuantKind weight_quantizer(int bits, bool symmetric);
 
-// The fake-quantized tensor (same shape and dtype). With `range` (static activation calibration: [min, max] as a
-// 2-element tensor) the scale comes from it instead of the data, in one group. A group whose values are all equal
+// The fake-quantized tensor (same shape and dtype). With `range` the scales come from it instead of the data: a
+// 2-element [min, max] is one group's (static activation calibration), a (groups, 2) one each group's (the whole
+// feature range of a token whose features are split over ranks); symmetric / asymmetric only. A group whose values are all equal
 // (all zero) comes back unchanged rather than as DeepSpeed's 0/0 NaN. No autograd: see fake_quantize.
 torch::Tensor quantize(const torch::Tensor& x, QuantKind kind, int bits, int64_t groups,
                        const std::optional<torch::Tensor>& range = std::nullopt);

@@ -3,6 +3,7 @@
 // over the group.
 #include "dscpp/compression/layer_partition.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "dscpp/parallel/tensor_parallel_ops.h"
@@ -48,6 +49,11 @@ bool LayerPartition::groups_aligned(int64_t groups) const {
   for (const auto& [begin, length] : weight.pieces) g = std::gcd(g, std::gcd(begin * inner, length * inner));
   const int64_t size = weight.whole_numel() / groups;
   return g % size == 0;
+}
+
+bool LayerPartition::all(bool mine) const {
+  const auto flags = group->side_all_gather({mine ? 1 : 0});  // a flag, not data: no device tensor needed
+  return std::all_of(flags.begin(), flags.end(), [](int64_t flag) { return flag == 1; });
 }
 
 torch::Tensor LayerPartition::input_range(const torch::Tensor& x, bool per_token) const {

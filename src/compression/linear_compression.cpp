@@ -23,10 +23,14 @@ struct QuantActImpl : torch::nn::Module {
   torch::Tensor x_min_max;
 };
 
-torch::Tensor learned_scores(torch::IntArrayRef shape, const torch::Tensor& like) {
+// Drawn whole on each rank of a tensor-parallel layer, then model-parallel rank 0's taken by all (the ranks' generators
+// agree when the model was built alike, but a mask must not depend on it).
+torch::Tensor learned_scores(torch::IntArrayRef shape, const torch::Tensor& like,
+                             const std::optional<LayerPartition>& partition) {
   auto scores = torch::empty(shape, like.options());
   torch::NoGradGuard no_grad;
   torch::nn::init::kaiming_uniform_(scores, std::sqrt(5.0));
+  if (partition) partition->group->broadcast(scores, 0).wait();
   return scores;
 }
 
@@ -73,7 +77,7 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
                                     "quantize_weight_in_forward = false (MoQ) with tensor parallelism is not "
                                     "supported yet (" + name_ + " is sliced; MoQ rounds whole weights in place)");
       }
-      groups_local_ = !partition_ || partition_->groups_aligned(weight_groups_);
+      groups_local_ = !partition_ || partition_->all(partition_->groups_aligned(weight_groups_));
       break;
     case Technique::kSparsePruning:
       sparse_ = true;
@@ -81,7 +85,7 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
       if (c.method == "l1") {
         sparse_mask_ = layer_->register_buffer("sparse_pruning_mask", topk_mask(whole_weight().abs(), sparse_ratio_));
       } else {
-        sparse_scores_ = layer_->register_parameter("sparse_mask_scores", learned_scores(shape, w));
+        sparse_scores_ = layer_->register_parameter("sparse_mask_scores", learned_scores(shape, w, partition_));
       }
       break;
     case Technique::kRowPruning:
@@ -91,7 +95,7 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
         const auto norms = at::linalg_vector_norm(whole_weight(), 1, {1}, false, std::nullopt);
         row_mask_ = layer_->register_buffer("row_pruning_mask", topk_mask(norms, row_ratio_).view({-1, 1}));
       } else {
-        row_scores_ = layer_->register_parameter("row_mask_scores", learned_scores({shape[0], 1}, w));
+        row_scores_ = layer_->register_parameter("row_mask_scores", learned_scores({shape[0], 1}, w, partition_));
       }
       break;
     case Technique::kHeadPruning:
@@ -102,7 +106,7 @@ void LinearCompression::enable(Technique t, const CompressionConfig& config, con
         throw std::invalid_argument("compression_training.head_pruning: num_heads " + std::to_string(num_heads_) +
                                     " does not divide " + name_ + "'s " + std::to_string(shape[1]) + " inputs");
       }
-      head_scores_ = layer_->register_parameter("head_pruning_scores", learned_scores({1, num_heads_}, w));
+      head_scores_ = layer_->register_parameter("head_pruning_scores", learned_scores({1, num_heads_}, w, partition_));
       break;
     case Technique::kActivationQuantization:
       activation_ = true;
@@ -156,7 +160,11 @@ torch::Tensor LinearCompression::weight(const torch::Tensor& w) const {
 
 torch::Tensor LinearCompression::bias(const torch::Tensor& b) const {
   if (!row_on_ || !b.defined()) return b;
-  return b * part(row_scores_.defined() ? topk_mask(shared(row_scores_), row_ratio_) : row_mask_).view(-1);
+  // A row-parallel layer's bias is whole and added once after the sum, the same on every rank: its share of the
+  // scores' gradient is whole on each rank already, so it is not summed over the group.
+  const bool whole_bias = partition_ && partition_->input_split();
+  const auto scores = row_scores_.defined() ? (whole_bias ? row_scores_ : shared(row_scores_)) : torch::Tensor();
+  return b * part(scores.defined() ? topk_mask(scores, row_ratio_) : row_mask_).view(-1);
 }
 
 torch::Tensor LinearCompression::input(const torch::Tensor& x, bool training) const {

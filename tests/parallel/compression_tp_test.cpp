@@ -76,10 +76,12 @@ std::vector<json> layer_sections() {
     return json{{"weight_quantization", technique(groups, shared)}};
   };
   const std::string both = "^(a|b)$";
+  // a (12, 8) in three blocks over 2 ranks holds runs of 16 weights, b (8, 12) runs of 6: 4 groups (of 24) straddle
+  // both, 16 (of 6) straddle a and lie within b's runs, 48 (of 2) lie within both.
   std::vector<json> out = {
-      // 4 groups of 24 straddle a's blocks and b's column halves; 12 groups of 8 lie within them.
       wq({{"g", group(both, {{"start_bits", 4}, {"target_bits", 4}})}}, {{"quantize_groups", 4}}),
-      wq({{"g", group(both, {{"start_bits", 4}, {"target_bits", 4}})}}, {{"quantize_groups", 24}}),
+      wq({{"g", group(both, {{"start_bits", 4}, {"target_bits", 4}})}}, {{"quantize_groups", 16}}),
+      wq({{"g", group(both, {{"start_bits", 4}, {"target_bits", 4}})}}, {{"quantize_groups", 48}}),
       wq({{"g", group(both, {{"start_bits", 8}, {"target_bits", 8}})}},
          {{"quantize_groups", 4}, {"quantization_type", "asymmetric"}}),
       wq({{"t", group("^a$", {{"start_bits", 2}, {"target_bits", 2}})},
@@ -95,6 +97,9 @@ std::vector<json> layer_sections() {
         technique({{"g", group(both, {{"bits", 4}})}}, {{"range_calibration", "static"},
                                                         {"quantization_type", "asymmetric"}})}},
   };
+  for (auto& section : out) {
+    for (auto& [name, t] : section.items()) t["shared_parameters"]["schedule_offset"] = 0;
+  }
   return out;
 }
 
@@ -138,35 +143,70 @@ void compare_layers(const json& section, const std::shared_ptr<Comm>& group_comm
   // Weights, biases and inputs: this rank's slices of the whole's.
   const auto wa_w = wa->weight(whole.a->weight), wb_w = wb->weight(whole.b->weight);
   const auto sa_w = sa->weight(sliced.a->weight), sb_w = sb->weight(sliced.b->weight);
+  const auto wa_b = wa->bias(whole.a->bias), wb_b = wb->bias(whole.b->bias);
+  const auto sa_b = sa->bias(sliced.a->bias), sb_b = sb->bias(sliced.b->bias);
   expect_equal(sa_w, slices.at("a.weight").take(wa_w), "a's weight");
   expect_equal(sb_w, slices.at("b.weight").take(wb_w), "b's weight");
-  expect_equal(sa->bias(sliced.a->bias), slices.at("a.bias").take(wa->bias(whole.a->bias)), "a's bias");
-  expect_equal(sb->bias(sliced.b->bias), wb->bias(whole.b->bias), "b's bias");
+  expect_equal(sa_b, slices.at("a.bias").take(wa_b), "a's bias");
+  expect_equal(sb_b, wb_b, "b's bias");
+  bool acts = !torch::equal(wa_w, whole.a->weight) || !torch::equal(wb_w, whole.b->weight);
+  torch::Tensor wa_x, wb_x, sa_x, sb_x, x, h;
   for (int call = 0; call < 2; ++call) {  // static ranges move with each training call
-    const auto x = torch::randn({kTokens, kIn}), h = torch::randn({kTokens, kHidden}) * 3;
-    expect_equal(sa->input(x, true), wa->input(x, true), "a's input");
-    expect_equal(sb->input(h.chunk(p, -1)[r], true), wb->input(h, true).chunk(p, -1)[r], "b's input");
+    x = torch::randn({kTokens, kIn}, torch::requires_grad());
+    h = torch::randn({kTokens, kHidden}) * 3;
+    h.set_requires_grad(true);
+    wa_x = wa->input(x, true), wb_x = wb->input(h, true);
+    sa_x = sa->input(x, true), sb_x = sb->input(h.chunk(p, -1)[r], true);
+    expect_equal(sa_x, wa_x, "a's input");
+    expect_equal(sb_x, wb_x.chunk(p, -1)[r], "b's input");
+    acts = acts || !torch::equal(wa_x, x) || !torch::equal(wb_x, h);
   }
-  // Gradients: the slice's weight gradient is its part of the whole's; a learned score's is the whole's.
+  if (!acts) throw std::runtime_error("the section changed no weight and no input: it tests nothing");
+  // Gradients under the loss a tensor-parallel forward has on every rank: the slices' terms sum to the whole's, the
+  // row-parallel bias is whole on each. Each slice's weight gradient is its part of the whole's; a learned score's is
+  // the whole's (summed over the ranks in another order).
   const auto ra = torch::randn({kHidden, kIn}), rb = torch::randn({kIn, kHidden});
-  ((wa_w * ra).sum() + (wb_w * rb).sum()).backward();
-  ((sa_w * slices.at("a.weight").take(ra)).sum() + (sb_w * slices.at("b.weight").take(rb)).sum()).backward();
+  const auto rba = torch::randn({kHidden}), rbb = torch::randn({kIn}), rx = torch::randn({kTokens, kHidden});
+  ((wa_w * ra).sum() + (wb_w * rb).sum() + (wa_b * rba).sum() + (wb_b * rbb).sum() + (wb_x * rx).sum()).backward();
+  ((sa_w * slices.at("a.weight").take(ra)).sum() + (sb_w * slices.at("b.weight").take(rb)).sum() +
+   (sa_b * slices.at("a.bias").take(rba)).sum() + (sb_b * rbb).sum() + (sb_x * rx.chunk(p, -1)[r]).sum())
+      .backward();
   expect_equal(sliced.a->weight.grad(), slices.at("a.weight").take(whole.a->weight.grad()), "a's weight gradient");
   expect_equal(sliced.b->weight.grad(), slices.at("b.weight").take(whole.b->weight.grad()), "b's weight gradient");
   const auto whole_params = whole.named_parameters();
   for (const auto& param : sliced.named_parameters()) {
-    if (slices.count(param.key()) || param.key() == "b.bias" || !param.value().grad().defined()) continue;
-    const auto want = whole_params[param.key()].grad();  // scores: summed over the ranks in another order
+    if (slices.count(param.key()) || param.key() == "b.bias") continue;
+    const auto want = whole_params[param.key()].grad();
+    if (!param.value().grad().defined() || !want.defined()) {
+      throw std::runtime_error(param.key() + " has no gradient: the section's learned scores do not act");
+    }
     if (!torch::allclose(param.value().grad(), want, 1e-5, 1e-7)) {
-      throw std::runtime_error(param.key() + "'s gradient differs from the whole layer's");
+      throw std::runtime_error(param.key() + "'s gradient differs from the whole layer's: max |diff| " +
+                               std::to_string((param.value().grad() - want).abs().max().item<double>()));
     }
   }
+}
+
+// Which quantization groups lie within the slices (the arithmetic layer_sections' comment states).
+void check_group_alignment(const std::shared_ptr<Comm>& group_comm) {
+  const int p = group_comm->world_size(), r = group_comm->rank();
+  const compression::LayerPartition a{group_comm, TensorSlice::part({kHidden, kIn}, 0, p, r, 3)};
+  const compression::LayerPartition b{group_comm, TensorSlice::part({kIn, kHidden}, 1, p, r)};
+  const std::vector<std::tuple<int64_t, bool, bool>> cases = {{4, false, false}, {16, false, true}, {48, true, true},
+                                                              {96, true, true}, {32, false, true}, {8, false, false}};
+  for (const auto& [groups, a_within, b_within] : cases) {
+    if (a.groups_aligned(groups) != a_within || b.groups_aligned(groups) != b_within) {
+      throw std::runtime_error(std::to_string(groups) + " groups: alignment is not as computed by hand");
+    }
+  }
+  if (!a.all(true) || a.all(r == 0)) throw std::runtime_error("LayerPartition::all is not every rank's and");
 }
 
 int worker(const std::string& scenario) {
   auto world = init_comm(DistEnv::from_env(), CommBackend::kGloo);
   const auto groups = make_parallel_groups(world, ProcessTopology(world->world_size(), 1, world->world_size()));
   if (scenario != "layers") throw std::invalid_argument("unknown scenario " + scenario);
+  check_group_alignment(groups.model);
   const auto sections = layer_sections();
   for (size_t i = 0; i < sections.size(); ++i) {
     try {

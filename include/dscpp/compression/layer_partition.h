@@ -42,6 +42,9 @@ struct LayerPartition {
   // on its own gives the whole's values. `groups` must divide the whole's elements.
   bool groups_aligned(int64_t groups) const;
   int64_t local_groups(int64_t groups) const { return groups * weight.numel() / weight.whole_numel(); }
+  // Whether `mine` holds on every rank of the group (collective): a choice that decides whether a forward
+  // communicates must be the same on all of them.
+  bool all(bool mine) const;
 
   // [min, max] of each token's whole feature vector, (tokens, 2), for an input split over its features (a row-
   // parallel layer's); of the whole input, (2), with `per_token` false. Collective; outside autograd.

@@ -83,6 +83,7 @@ struct Args {
   std::string save_dir, load_dir, load_tag, init_from;
   std::string compression;  // a JSON file whose compression_training section replaces the config's
   int64_t tiled_loss = 0;    // positions per tile of the loss (0: the whole logits at once)
+  std::string sparse_attention;  // a layout mode: the config's sparse_attention.mode
   int64_t save_interval = 0;
   bool no_progress = false;
   bool zero_init = true;
@@ -166,6 +167,9 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--tiled_loss", a.tiled_loss,
                  "the loss N positions at a time (ALST's tiled loss): the whole logits never exist at once; 0: off")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--sparse_attention", a.sparse_attention,
+                 "block-sparse attention (DeepSpeed's sparse_attention section, whose other keys the config gives): "
+                 "dense|fixed|variable|bigbird|bslongformer (docs/parallelism.md)");
   app.add_option("--init_from", a.init_from,
                  "start from HF GPT-2 weights: a model.safetensors, or a directory with one or a sharded index");
   app.add_flag("--no_progress", a.no_progress, "no progress bar even on a terminal");
@@ -212,6 +216,7 @@ dscpp::Config load_config(const Args& a, const ConfigSource& source, int world_s
   if (a.pipeline_parallel) options.overrides["pipeline.stages"] = *a.pipeline_parallel;
   if (a.sequence_parallel) options.overrides["sequence_parallel_size"] = *a.sequence_parallel;
   if (a.partition) options.overrides["pipeline.partition"] = *a.partition;
+  if (!a.sparse_attention.empty()) options.overrides["sparse_attention.mode"] = a.sparse_attention;
   if (!a.compression.empty()) {
     const auto file = nlohmann::json::parse(dscpp::Config::read_file(a.compression), nullptr, false);
     if (!file.is_object()) throw dscpp::ConfigError(a.compression + ": --compression expects a JSON object");
@@ -480,6 +485,8 @@ Trainer build_trainer(const Args& a, const Placement& p, const dscpp::Config& co
     throw std::invalid_argument("--tiled_loss with pipeline parallelism is not supported yet");
   }
   model->set_tiled_loss(a.tiled_loss);
+  if (config.sparse_attention) model->set_sparse_attention(*config.sparse_attention, a.seed);
+  init.sparse_attention_applied = config.sparse_attention.has_value();
   init.model_parallel_slices = model->tensor_parallel_slices();
   if (init.partitioned) {
     // The blocks are already there, as shards; moving them again would copy nothing but their empty storages.

@@ -236,6 +236,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     # training (ZeRO-Inference, a reference model); the other stages keep the stand-in's buffers (see above).
     options.forward_only = forward_only
     compression, options.compression_applied = _compression_schedule(model, settings)
+    # The config's sparse_attention describes the model's attention: it must hold DeepSpeed's sparse attention.
+    from .ops.sparse_attention import SparseSelfAttention
+    options.sparse_attention_applied = any(isinstance(m, SparseSelfAttention) for m in model.modules())
     for field, value in {**model_parallel, **experts}.items():
         setattr(options, field, value)
     tensors = _C.ModelTensors(

@@ -122,6 +122,7 @@ py::dict step_report(const StepReport& r) {
 }  // namespace
 
 void bind_compression(py::module_& m);  // compression.cpp
+void bind_sparse_attention(py::module_& m);  // sparse_attention.cpp
 void bind_moe(py::module_& m);       // moe.cpp
 void bind_parallel(py::module_& m);  // parallel.cpp
 void bind_schedule(py::module_& m);  // schedule.cpp
@@ -157,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("comm_over", &comm_from, py::arg("group"), py::arg("store"), py::arg("backend"), py::arg("key_prefix"),
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
   bind_compression(m);
+  bind_sparse_attention(m);
   bind_moe(m);
   bind_parallel(m);
   bind_schedule(m);
@@ -364,6 +366,7 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("untrained_params", &InitOptions::untrained_params)
       .def_readwrite("forward_only", &InitOptions::forward_only)
       .def_readwrite("compression_applied", &InitOptions::compression_applied)
+      .def_readwrite("sparse_attention_applied", &InitOptions::sparse_attention_applied)
       .def_readwrite("expert_data_parallel_group", &InitOptions::expert_data_parallel_group)
       .def_readwrite("expert_params", &InitOptions::expert_params);
   m.def("create_engine", &create_engine, py::arg("model"), py::arg("config"), py::arg("config_is_path"),

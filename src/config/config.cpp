@@ -179,8 +179,8 @@ Config Config::from_json(const nlohmann::json& input, const ConfigOptions& optio
                            "torch_autocast"});
   // A DeepSpeed switch without an "enabled" key: sparse attention is on once its section is there.
   if (root.has("sparse_attention")) {
-    throw ConfigError("sparse_attention: DeepSpeed switches sparse attention on by the section's presence; it is not "
-                      "supported yet by deepspeed.cpp; remove the section");
+    JsonReader sparse = root.section("sparse_attention");
+    config.sparse_attention = parse_sparse_attention(sparse);
   }
   if (root.has("tensor_parallel")) {
     JsonReader tp = root.section("tensor_parallel");

@@ -426,7 +426,12 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   if (config.compression.any_enabled() && !options.compression_applied) {
     throw ConfigError("compression_training: switched on, but this program does not apply it (DeepSpeed Compression "
                       "acts on the model's modules: from Python, dscpp.compression.init_compression before "
-                      "dscpp.initialize; gpt-train does not have it yet); remove the section or switch it off");
+                      "dscpp.initialize; gpt-train --compression); remove the section or switch it off");
+  }
+  if (config.sparse_attention && !options.sparse_attention_applied) {
+    throw ConfigError("sparse_attention: the section describes the model's attention, but this model does not "
+                      "compute it (from Python, build the attention with dscpp.ops.sparse_attention."
+                      "SparseSelfAttention; gpt-train --sparse_attention); remove the section");
   }
   const bool placed = !names.sliced.empty() || !names.slices.empty() || !names.experts.empty();
   if (options.forward_only && (config.zero.stage != 3 || placed)) options.forward_only = false;

@@ -313,8 +313,22 @@ std::vector<Row> table() {
        "the order in which pipeline stages write; what they write is the same"},
       {"checkpoint_parallel_write_pipeline", true, K::kHarmless,
        "the order in which pipeline stages write; what they write is the same"},
-      // Features of other DeepSpeed engines: refused once switched on.
-      {"sparse_attention", nlohmann::json{{"mode", "fixed"}}, K::kRefused, "sparse_attention"},
+      // Block-sparse attention: parsed here, applied by the model (gpt-train --sparse_attention, Python's
+      // SparseSelfAttention); the engine refuses it otherwise (InitOptions::sparse_attention_applied).
+      {"sparse_attention.mode", "bigbird", K::kActs, "SparseAttentionGpt.*",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->mode == "bigbird"; }},
+      {"sparse_attention.block", 32, K::kActs, "SparseAttentionGpt.*",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->block == 32; }},
+      {"sparse_attention.attention", "unidirectional", K::kActs, "SparseAttentionGpt.*",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->unidirectional; }},
+      {"sparse_attention.num_local_blocks", 8, K::kActs, "python.sparse_attention",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->num_local_blocks == 8; }},
+      {"sparse_attention.num_random_blocks", 2, K::kActs, "python.sparse_attention",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->num_random_blocks == 2; },
+       {{"sparse_attention.mode", "variable"}}},
+      {"sparse_attention.num_sliding_window_blocks", 5, K::kActs, "python.sparse_attention",
+       [](const Config& c) { return c.sparse_attention && c.sparse_attention->num_sliding_window_blocks == 5; },
+       {{"sparse_attention.mode", "bslongformer"}}},
       // DeepSpeed Compression: parsed here, acted on by python/dscpp/compression (the engine refuses it switched on
       // unless the program applies it: InitOptions::compression_applied).
       {"compression_training.weight_quantization.shared_parameters.enabled", true, K::kActs, "python.compression",

@@ -107,7 +107,7 @@ TEST(PlanCli, RejectsWhatInitializeRejects) {
       {"zero_optimization.offload_optimizer.device", {{"zero_optimization", {{"stage", 0}, {"offload_optimizer", {{"device", "cpu"}}}}}}},
       {"data_types.grad_accum_dtype", {{"bf16", {{"enabled", true}}}, {"data_types", {{"grad_accum_dtype", "fp32"}}}}},
       {"zero_optimization.zero_hpz_partition_size", {{"zero_optimization", {{"stage", 2}, {"zero_hpz_partition_size", 8}}}}},
-      {"sparse_attention", {{"sparse_attention", {{"mode", "fixed"}}}}},
+      {"sparse_attention.num_local_blocks", {{"sparse_attention", {{"mode", "bigbird"}, {"num_local_blocks", 4}}}}},
       {"zero_optimization.stage3_prefetch_bucket_sise",
        {{"zero_optimization", {{"stage", 3}, {"stage3_prefetch_bucket_sise", 1000}}}}},
   };

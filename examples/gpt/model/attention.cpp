@@ -6,6 +6,7 @@
 
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/sequence/distributed_attention.h"
+#include "dscpp/sparse_attention/block_sparse_attention.h"
 
 namespace gpt {
 
@@ -73,6 +74,15 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
         },
         sequence_group_);
     y = attention.forward(split_heads(qkv[0]), split_heads(qkv[1]), split_heads(qkv[2]));
+  } else if (sparse_layout_.defined()) {  // only the layout's blocks (GptImpl::set_sparse_attention refuses dropout)
+    using torch::indexing::Slice;
+    const int64_t blocks = T / sparse_block_;
+    dscpp::sparse_attention::AttentionMasks causal;
+    causal.causal = true;
+    y = dscpp::sparse_attention::block_sparse_attention(
+            to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]),
+            sparse_layout_.index({Slice(), Slice(0, blocks), Slice(0, blocks)}), sparse_block_, causal)
+            .transpose(1, 2);
   } else {
     y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p, group_->world_size(),
                          group_->rank())

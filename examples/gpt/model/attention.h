@@ -34,6 +34,13 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   // sequence, and attention runs over whole sequences for n_head/P heads between dscpp::DistributedAttention's
   // all-to-alls. The weights are whole on every rank.
   void set_sequence_group(std::shared_ptr<dscpp::Comm> group) { sequence_group_ = std::move(group); }
+  // Block-sparse attention (DeepSpeed's sparse_attention): `layout` (this rank's heads, blocks, blocks) for the
+  // longest sequence, of `block`-position blocks; a shorter sequence uses its top-left corner, as DeepSpeed's
+  // SparseSelfAttention does. Causal within the layout. An undefined layout: dense attention.
+  void set_sparse_layout(torch::Tensor layout, int64_t block) {
+    sparse_layout_ = std::move(layout);
+    sparse_block_ = block;
+  }
 
   torch::nn::Linear c_attn{nullptr};  // (3C/p, C) weight: this rank's q, k, v rows stacked along the output dim
   torch::nn::Linear c_proj{nullptr};  // (C, C/p)
@@ -45,6 +52,8 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   double dropout_;
   std::shared_ptr<dscpp::Comm> group_;
   std::shared_ptr<dscpp::Comm> sequence_group_;
+  torch::Tensor sparse_layout_;
+  int64_t sparse_block_ = 0;
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -4,6 +4,8 @@
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/parallel/tensor_parallel_ops.h"
 #include "dscpp/sequence/tiled_loss.h"
+#include "dscpp/sparse_attention/python_random.h"
+#include "dscpp/sparse_attention/sparsity_config.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -220,6 +222,29 @@ void GptImpl::attach_compression(const dscpp::compression::ModelCompression& com
     block->attn->c_proj_compression = compression.find(block->attn->c_proj.get());
     block->mlp->c_fc_compression = compression.find(block->mlp->c_fc.get());
     block->mlp->c_proj_compression = compression.find(block->mlp->c_proj.get());
+  }
+}
+
+void GptImpl::set_sparse_attention(dscpp::SparsityConfig config, uint64_t seed) {
+  if (config_.dropout > 0 || sequence_group_) {
+    throw std::invalid_argument(std::string("sparse_attention with ") +
+                                (sequence_group_ ? "sequence parallelism" : "--dropout (DeepSpeed's sparse attention "
+                                                                            "has no attention dropout)") +
+                                " is not supported yet by gpt-train");
+  }
+  config.num_heads = config_.n_head;
+  dscpp::sparse_attention::PythonRandom random(seed);
+  const auto sample = [&random](int64_t n, int64_t k) { return random.sample(n, k); };
+  const int p = group_->world_size(), r = group_->rank();
+  for (auto& block : blocks_) {
+    torch::Tensor layout;
+    try {
+      layout = dscpp::sparse_attention::make_layout(config, config_.block_size, sample);
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string(e.what()) + " (gpt-train makes each layout for block_size " +
+                                  std::to_string(config_.block_size) + " positions)");
+    }
+    block->attn->set_sparse_layout(layout.chunk(p, 0)[r].contiguous(), config.block);
   }
 }
 

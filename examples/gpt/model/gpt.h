@@ -36,6 +36,7 @@
 #include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
 #include "dscpp/compression/linear_compression.h"
+#include "dscpp/config/sparse_attention.h"
 #include "model/block.h"
 #include "model/gpt_config.h"
 
@@ -101,6 +102,13 @@ class GptImpl : public torch::nn::Module {
   // whole layers: `compression` built with this model's model_group() and tensor_parallel_slices()).
   // std::invalid_argument with MoE blocks — not supported yet.
   void attach_compression(const dscpp::compression::ModelCompression& compression);
+
+  // DeepSpeed's sparse_attention: each block's attention computes only its layout's blocks. The layouts are made
+  // for block_size positions, block by block in order, their random blocks drawn from Python's `random` seeded with
+  // `seed` (a DeepSpeed script that called random.seed(seed) draws the same); each rank keeps its heads' rows.
+  // std::invalid_argument with dropout (DeepSpeed's sparse attention has none) or sequence parallelism, or a layout
+  // that does not fit block_size.
+  void set_sparse_attention(dscpp::SparsityConfig config, uint64_t seed);
 
   // loss() through dscpp::tiled_cross_entropy, `positions` at a time (0: the whole logits at once): the (B·T, V)
   // logits never exist whole. std::invalid_argument with tensor parallelism, whose logits are split over the

@@ -58,7 +58,6 @@ struct CompressionConfig {
   int64_t quantize_groups = 1;              // groups per weight, each with its own scale
   bool quantize_verbose = false;            // MoQ: log each bit drop
   std::string rounding = "nearest";         // MoQ: "nearest" or "stochastic"
-  bool quantizer_kernel = false;            // DeepSpeed's CUDA kernel for the same arithmetic: accepted
   bool fp16_mixed_quantize = false;         // MoQ: blend the real weight into the quantized one, fading out
   double quantize_change_ratio = 0.001;     // MoQ: how much of the real weight fades per step
   LayerReductionConfig layer_reduction;

@@ -15,6 +15,7 @@
 
 #include "dscpp/config/batch.h"
 #include "dscpp/config/compression.h"
+#include "dscpp/config/sparse_attention.h"
 #include "dscpp/config/config_error.h"
 #include "dscpp/optim/options.h"
 #include "dscpp/precision/loss_scaler.h"
@@ -214,6 +215,7 @@ struct Config {
   PipelineConfig pipeline;
   HybridEngineConfig hybrid_engine;
   CompressionConfig compression;        // "compression_training" (python/dscpp/compression acts on it)
+  std::optional<SparsityConfig> sparse_attention;  // "sparse_attention", when present (the model applies it)
 
   // The compute (model) dtype: fp16, bf16 or fp32.
   DType compute_dtype() const;

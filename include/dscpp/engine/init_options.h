@@ -73,6 +73,10 @@ struct InitOptions {
   // schedule to the engine's steps). The engine itself does not touch the model's modules, so without this a config
   // with a compression technique switched on is refused naming the key rather than trained uncompressed.
   bool compression_applied = false;
+  // The model computes its attention as the config's "sparse_attention" says (gpt-train --sparse_attention; Python:
+  // the model holds dscpp.ops.sparse_attention.SparseSelfAttention modules). The section describes the model's
+  // attention, which the engine does not build, so without this it is refused naming the key.
+  bool sparse_attention_applied = false;
   // Where each sliced parameter sits in the whole one (TensorSlice::part; tensor_parallel_slices() of the model's
   // layers): checkpoints write and read the slices as parts of the whole named parameters, so a checkpoint of one
   // layout loads on any other. Its names count as model_parallel_params.

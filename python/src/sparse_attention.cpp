@@ -77,6 +77,27 @@ void bind_sparse_attention(py::module_& parent) {
       .def(py::init<uint64_t>(), py::arg("seed"))
       .def("getrandbits", &sparse_attention::PythonRandom::getrandbits, py::arg("bits"))
       .def("sample", &sparse_attention::PythonRandom::sample, py::arg("n"), py::arg("k"));
+  py::class_<sparse_attention::BlockSparsePlan>(
+      m, "BlockSparsePlan", "A layout made ready to compute with, once per layout and sequence length")
+      .def(py::init<const torch::Tensor&, int64_t, bool, torch::Device>(), py::arg("layout"), py::arg("block"),
+           py::arg("causal") = false, py::arg("device") = torch::Device(torch::kCPU))
+      .def_property_readonly("scored_blocks", &sparse_attention::BlockSparsePlan::scored_blocks)
+      .def_property_readonly("heads", &sparse_attention::BlockSparsePlan::heads)
+      .def_property_readonly("blocks", &sparse_attention::BlockSparsePlan::blocks);
+  m.def(
+      "block_sparse_attention_planned",
+      [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+         const sparse_attention::BlockSparsePlan& plan, std::optional<double> scale, std::optional<torch::Tensor> rpe,
+         std::optional<torch::Tensor> key_padding_mask, bool key_padding_mask_mul,
+         std::optional<torch::Tensor> attn_mask, bool attn_mask_mul) {
+        return sparse_attention::block_sparse_attention(
+            q, k, v, plan,
+            masks(scale, rpe, key_padding_mask, key_padding_mask_mul, attn_mask, attn_mask_mul, plan.causal()));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("plan"), py::arg("scale") = py::none(),
+      py::arg("rpe") = py::none(), py::arg("key_padding_mask") = py::none(), py::arg("key_padding_mask_mul") = false,
+      py::arg("attn_mask") = py::none(), py::arg("attn_mask_mul") = true,
+      "block_sparse_attention over a BlockSparsePlan (its causal flag).");
   const auto attention = [](auto f) {
     return [f](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& layout,
                int64_t block, std::optional<double> scale, std::optional<torch::Tensor> rpe,
@@ -94,7 +115,9 @@ void bind_sparse_attention(py::module_& parent) {
                            py::arg("causal") = false);
   };
   std::apply([&](auto... a) {
-    m.def("block_sparse_attention", attention(&sparse_attention::block_sparse_attention), a...,
+    using WithLayout = torch::Tensor (*)(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                         const torch::Tensor&, int64_t, const sparse_attention::AttentionMasks&);
+    m.def("block_sparse_attention", attention(static_cast<WithLayout>(&sparse_attention::block_sparse_attention)), a...,
           "softmax(scale·QKᵀ + masks)·V on the layout's blocks only; q, k, v (B, H, T, D). Differentiable.");
   }, args());
   std::apply([&](auto... a) {

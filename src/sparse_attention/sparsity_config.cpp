@@ -70,13 +70,15 @@ void fixed(torch::Tensor& layout, int64_t h, const SparsityConfig& c) {
   // Global blocks: the last ng of each window for pattern 0, the ng before them for pattern 1, …
   const int64_t first = nl - (1 + h % c.num_different_global_patterns) * ng;
   const int64_t whole_windows_end = blocks - blocks % nl;
+  // Bounds as Python's slices read them (DeepSpeed indexes with them): a negative one counts from the end.
+  auto py = [blocks](int64_t bound) { return bound < 0 ? std::max<int64_t>(0, bound + blocks) : std::min(bound, blocks); };
   auto global = [&](int64_t begin, int64_t end) {
-    set(layout, h, c.unidirectional ? begin : 0, blocks, begin, end);
-    if (c.horizontal_global_attention) set(layout, h, begin, end, 0, blocks);
+    set(layout, h, py(c.unidirectional ? begin : 0), blocks, py(begin), py(end));
+    if (c.horizontal_global_attention) set(layout, h, py(begin), py(end), 0, blocks);
   };
-  for (int64_t i = first; i < whole_windows_end; i += nl) global(i, std::min(i + ng, blocks));
-  if (whole_windows_end < blocks) {  // a short last window: its global blocks as far in as fits
-    require(blocks >= ng, "num_global_blocks " + str(ng) + " must not exceed the " + str(blocks) + " blocks of a row");
+  for (int64_t i = first; i < whole_windows_end; i += nl) global(i, i + ng);
+  if (whole_windows_end < blocks) {  // a short last window: its global blocks as far in as fits (with fewer blocks
+    // than num_global_blocks DeepSpeed's start goes negative, and its slices wrap: so do these)
     const int64_t begin = std::min(whole_windows_end + first, blocks - ng);
     global(begin, begin + ng);
   }

@@ -151,6 +151,21 @@ def test_layouts_are_deepspeeds(name, make, reference, seq_len):
     assert after_ours == after_want  # the same draws, so the next layout built in a script is DeepSpeed's too
 
 
+@pytest.mark.parametrize("uni", [False, True])
+def test_fewer_blocks_than_a_fixed_windows_globals_wrap_as_deepspeeds_slices(uni):
+    """2 blocks, windows of 4 with 4 global blocks: DeepSpeed's start index goes negative and Python's slices wrap."""
+    attention = "unidirectional" if uni else "bidirectional"
+    ours = FixedSparsityConfig(H, BLOCK, num_local_blocks=4, num_global_blocks=4, attention=attention,
+                               horizontal_global_attention=not uni).make_layout(2 * BLOCK)
+    assert torch.equal(ours, ref_fixed(H, 2, BLOCK, False, 4, 4, uni, not uni, 1))
+
+
+def test_a_local_layout_is_one_sided_unless_bidirectional():
+    """DeepSpeed's LocalSlidingWindowSparsityConfig tests attention == "bidirectional" (any other value: one-sided)."""
+    layout = LocalSlidingWindowSparsityConfig(H, BLOCK, attention="causal").make_layout(8 * BLOCK)
+    assert torch.equal(layout, ref_local(H, 8, 3, True))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 1234, 2**32 + 5, 2**63 - 1])
 def test_the_cpp_random_is_pythons(seed):
     ours = _C.sparse_attention.PythonRandom(seed)

@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/sparse_attention/block_sparse_attention.h"
 #include "dscpp/sparse_attention/python_random.h"
 #include "dscpp/sparse_attention/sparsity_config.h"
@@ -132,6 +133,53 @@ TEST(BlockSparseAttention, DenseLayoutIsPlainAttentionAndFloat32Holds) {
                 .max()
                 .item<double>(),
             1e-5);
+}
+
+// The point of a layout: the work is its blocks' (the plan counts them) and so is the memory — at 4096 positions a
+// local window of 3 blocks holds under 5% of the (T, T) scores a dense attention would, forward and backward.
+TEST(BlockSparseAttention, WorkAndMemoryAreTheLayoutsBlocks) {
+  SparsityConfig local;
+  local.mode = "local";
+  local.num_heads = 2;
+  local.block = 16;
+  local.unidirectional = true;
+  const int64_t T = 4096, nb = T / 16;
+  const auto layout = make_layout(local, T);
+  const BlockSparsePlan plan(layout, 16, /*causal=*/true);
+  EXPECT_EQ(plan.scored_blocks(), 2 * (2 * nb - 1));  // each row its own block and the one before
+  EXPECT_EQ(plan.groups().size(), 2u);                // row 0 attends to 1 block, every other row to 2
+  CpuMemoryTracker::install();
+  torch::manual_seed(0);
+  auto q = torch::randn({1, 2, T, 16}).set_requires_grad(true), k = torch::randn({1, 2, T, 16}),
+       v = torch::randn({1, 2, T, 16});
+  AttentionMasks causal;
+  causal.causal = true;
+  CpuMemoryTracker::reset_peak();
+  const int64_t before = CpuMemoryTracker::allocated();
+  block_sparse_attention(q, k, v, plan, causal).sum().backward();
+  const double dense_scores = 2.0 * T * T * 4;  // one (H, T, T) fp32 tensor
+  const double sparse_peak = static_cast<double>(CpuMemoryTracker::peak() - before);
+  EXPECT_LT(sparse_peak / dense_scores, 0.05);
+  // The same measure sees the dense attention's scores (so the bound above is not the tracker seeing nothing).
+  q.mutable_grad() = torch::Tensor();
+  CpuMemoryTracker::reset_peak();
+  masked_dense_attention(q, k, v, layout, 16, causal).sum().backward();
+  const double dense_peak = static_cast<double>(CpuMemoryTracker::peak() - before);
+  EXPECT_GT(dense_peak / dense_scores, 1.0) << sparse_peak;
+  // A bidirectional layout under the causal flag: the blocks after the diagonal are not computed, the output is the same.
+  auto bigbird = config("bigbird");
+  const auto both_ways = layout_of(bigbird);
+  const BlockSparsePlan all_blocks(both_ways, kBlock, false), past_blocks(both_ways, kBlock, true);
+  EXPECT_LT(past_blocks.scored_blocks(), all_blocks.scored_blocks());
+  const auto in = inputs();
+  AttentionMasks causal_masks;
+  causal_masks.causal = true;
+  EXPECT_LT((block_sparse_attention(in.q, in.k, in.v, past_blocks, causal_masks) -
+             masked_dense_attention(in.q, in.k, in.v, both_ways, kBlock, causal_masks))
+                .abs()
+                .max()
+                .item<double>(),
+            1e-12);
 }
 
 // A row outside the layout gives zeros; one whose blocks are all masked NaN, as the dense softmax does.

@@ -75,13 +75,24 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
         sequence_group_);
     y = attention.forward(split_heads(qkv[0]), split_heads(qkv[1]), split_heads(qkv[2]));
   } else if (sparse_layout_.defined()) {  // only the layout's blocks (GptImpl::set_sparse_attention refuses dropout)
-    using torch::indexing::Slice;
-    const int64_t blocks = T / sparse_block_;
+    if (T % sparse_block_ != 0) {
+      throw std::invalid_argument("sparse_attention: the sequence length " + std::to_string(T) +
+                                  " must be divisible by the block size " + std::to_string(sparse_block_));
+    }
+    auto plan = sparse_plans_.find(T);
+    if (plan == sparse_plans_.end()) {  // the top-left corner of the layout, made ready once per length
+      using torch::indexing::Slice;
+      const int64_t blocks = T / sparse_block_;
+      plan = sparse_plans_
+                 .emplace(T, dscpp::sparse_attention::BlockSparsePlan(
+                                 sparse_layout_.index({Slice(), Slice(0, blocks), Slice(0, blocks)}), sparse_block_,
+                                 /*causal=*/true, x.device()))
+                 .first;
+    }
     dscpp::sparse_attention::AttentionMasks causal;
     causal.causal = true;
-    y = dscpp::sparse_attention::block_sparse_attention(
-            to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]),
-            sparse_layout_.index({Slice(), Slice(0, blocks), Slice(0, blocks)}), sparse_block_, causal)
+    y = dscpp::sparse_attention::block_sparse_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]),
+                                                        plan->second, causal)
             .transpose(1, 2);
   } else {
     y = causal_attention(to_heads(qkv[0]), to_heads(qkv[1]), to_heads(qkv[2]), p, group_->world_size(),

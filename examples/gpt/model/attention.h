@@ -3,10 +3,12 @@
 
 #include <torch/torch.h>
 
+#include <map>
 #include <memory>
 
 #include "dscpp/comm/comm.h"
 #include "dscpp/compression/linear_compression.h"
+#include "dscpp/sparse_attention/block_sparse_attention.h"
 #include "model/gpt_config.h"
 
 namespace gpt {
@@ -40,6 +42,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   void set_sparse_layout(torch::Tensor layout, int64_t block) {
     sparse_layout_ = std::move(layout);
     sparse_block_ = block;
+    sparse_plans_.clear();
   }
 
   torch::nn::Linear c_attn{nullptr};  // (3C/p, C) weight: this rank's q, k, v rows stacked along the output dim
@@ -54,6 +57,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   std::shared_ptr<dscpp::Comm> sequence_group_;
   torch::Tensor sparse_layout_;
   int64_t sparse_block_ = 0;
+  std::map<int64_t, dscpp::sparse_attention::BlockSparsePlan> sparse_plans_;  // per sequence length
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -21,8 +21,13 @@ class SparseSelfAttention(nn.Module):
         self.sparsity_config = sparsity_config
         self.register_buffer("master_layout", sparsity_config.make_layout(max_seq_length))
         self._need_layout_synchronization = True
+        self._plans = {}  # (seq_len, device) → the layout's corner made ready to compute with
         self.key_padding_mask_mode = key_padding_mask_mode
         self.attn_mask_mode = attn_mask_mode
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._plans.clear()  # a loaded layout replaces the one the plans were made from
 
     def get_layout(self, L):
         # The random blocks were drawn by each rank's own `random`: rank 0's layout is everyone's (DeepSpeed's rule).
@@ -68,8 +73,12 @@ class SparseSelfAttention(nn.Module):
             key_padding_mask = self.transpose_mask_for_sparse(query.dtype, key_padding_mask, is_key_padding_mask=True)
         if attn_mask is not None:
             attn_mask = self.transpose_mask_for_sparse(query.dtype, attn_mask)
-        return _C.sparse_attention.block_sparse_attention(
-            query, key, value, self.get_layout(tgt_len).to(query.device), self.sparsity_config.block,
-            scale=float(head_dim) ** -0.5, rpe=rpe, key_padding_mask=key_padding_mask,
+        plan = self._plans.get((tgt_len, query.device))
+        if plan is None:  # once per length and device, as DeepSpeed makes its kernels' tables per length
+            plan = _C.sparse_attention.BlockSparsePlan(self.get_layout(tgt_len), self.sparsity_config.block,
+                                                       device=query.device)
+            self._plans[(tgt_len, query.device)] = plan
+        return _C.sparse_attention.block_sparse_attention_planned(
+            query, key, value, plan, scale=float(head_dim) ** -0.5, rpe=rpe, key_padding_mask=key_padding_mask,
             key_padding_mask_mul=self.key_padding_mask_mode == "mul", attn_mask=attn_mask,
             attn_mask_mul=self.attn_mask_mode == "mul")

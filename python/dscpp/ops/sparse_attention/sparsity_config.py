@@ -49,7 +49,9 @@ class SparsityConfig:
                      "global_block_indices", "global_block_end_indices", "num_sliding_window_blocks"):
             if hasattr(self, name):
                 setattr(c, name, getattr(self, name))
-        c.unidirectional = getattr(self, "attention", "bidirectional") == "unidirectional"
+        attention = getattr(self, "attention", "bidirectional")
+        # DeepSpeed's local layout is one-sided unless "bidirectional"; the others are two-sided unless "unidirectional".
+        c.unidirectional = attention != "bidirectional" if self._mode == "local" else attention == "unidirectional"
         return c
 
     def _check(self):

@@ -394,12 +394,6 @@ Placement place(const Args& a, const ConfigSource& source) {
       throw std::invalid_argument("--sequence_parallel " + std::to_string(p.sp) + " does not divide the world size " +
                                   std::to_string(p.env.world_size));
     }
-    if (a.dropout > 0) {
-      // Every rank's generator is in the same state: the ranks of a sequence would drop the same pattern at
-      // different positions (and heads), which no single process does.
-      throw std::invalid_argument("--dropout with --sequence_parallel is not supported yet: the ranks of a sequence "
-                                  "would draw the same masks for different positions");
-    }
     p.dp /= p.sp;
     p.dp_rank = p.env.rank / p.sp;
     p.sp_rank = p.env.rank % p.sp;

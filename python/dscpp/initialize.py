@@ -104,6 +104,24 @@ def _mpu_groups(mpu, model):
     return mpu.get_data_parallel_group(), dict(model_parallel_group=model_group, model_parallel_params=set(sliced))
 
 
+def _mesh_sequence_parallel(mesh_param, settings):
+    """DeepSpeed's mesh_param (data_parallel_size, sequence_parallel_size): the config with that sequence-parallel
+    size (the groups are made once the engine exists). ValueError naming the numbers when they do not fit."""
+    if not (isinstance(mesh_param, (tuple, list)) and len(mesh_param) == 2 and
+            all(isinstance(n, int) and n >= 1 for n in mesh_param)):
+        raise ValueError(f"dscpp.initialize: mesh_param must be (data_parallel_size, sequence_parallel_size), two "
+                         f"positive integers, got {mesh_param!r}")
+    data, sequence = mesh_param
+    world = dist.get_world_size() if dist.is_initialized() else int(os.environ.get("WORLD_SIZE", "1"))
+    if data * sequence != world:
+        raise ValueError(f"dscpp.initialize: mesh_param {tuple(mesh_param)} covers {data * sequence} ranks, the job "
+                         f"has {world}")
+    if settings.get("sequence_parallel_size", sequence) != sequence:
+        raise ValueError(f"dscpp.initialize: mesh_param's sequence_parallel_size {sequence} and the config's "
+                         f"{settings['sequence_parallel_size']} differ")
+    return {**settings, "sequence_parallel_size": sequence}
+
+
 def _dataloader(training_data, engine, collate_fn, drop_last):
     """DeepSpeed's loader: torch's DistributedSampler (shuffled, seed 0; call set_epoch per epoch) over the
     data-parallel ranks (the sequence ranks of one sample counted once), micro-batch sized."""
@@ -158,13 +176,13 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     data-parallel group, the model being tensor parallel over its tensor-parallel group."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dscpp.initialize: model must be a torch.nn.Module, got {type(model).__name__}")
-    if mesh_param is not None:
-        raise NotImplementedError("dscpp.initialize: mesh_param is not supported yet; pass an mpu for tensor "
-                                  "parallelism")
     config_dict, config_path = resolve_config(args, config, config_params)
     # `settings`: the config's JSON, read once for the decisions below; the engine still gets a file by its path (its
     # name heads the engine's errors) unless initialize had to change the config.
     settings = config_dict if config_dict is not None else load_json(config_path)
+    if mesh_param is not None:
+        settings = _mesh_sequence_parallel(mesh_param, settings)
+        config_dict, config_path = settings, None
     settings, config_dict, config_path = zero_section_without_auto(settings, config_dict, config_path)
     if not dist.is_initialized() and dist_init_required is not False and int(os.environ.get("WORLD_SIZE", "1")) > 1:
         init_distributed(distributed_port=distributed_port)
@@ -253,6 +271,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             raise
         raise _C.ConfigError(f"{forward_only_file}: {e}") from None
     resolved = json.loads(engine.config_json)
+    if engine.sequence_parallel_size > 1:  # DeepSpeed's mesh groups, for dscpp.utils.groups' getters
+        from .utils import groups as groups_module
+        groups_module._create_sequence_parallel_groups(engine.sequence_parallel_size)
     loader = None
     if training_data is not None:
         loader = _dataloader(training_data, engine, collate_fn, bool(resolved.get("dataloader_drop_last", False)))

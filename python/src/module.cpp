@@ -22,6 +22,7 @@
 #include "dscpp/config/config.h"
 #include "dscpp/engine/engine.h"
 #include "dscpp/engine/partitioned_init.h"
+#include "dscpp/monitor/memory_tracker.h"
 #include "dscpp/optim/cpu_adam.h"
 
 namespace py = pybind11;
@@ -159,6 +160,12 @@ PYBIND11_MODULE(_C, m) {
         "A Comm over torch.distributed's `group` (None: one process alone); see dscpp.comm.engine_comm_arguments.");
   bind_compression(m);
   bind_sparse_attention(m);
+  // What CPU tensors hold, counted as the memory breakdown counts it (benchmarks measure activations with it).
+  py::module_ memory = m.def_submodule("memory", "The engine's count of the bytes CPU tensors hold");
+  memory.def("install", &CpuMemoryTracker::install, "Counts CPU tensors allocated from now on (once per process).");
+  memory.def("allocated", &CpuMemoryTracker::allocated, "Bytes counted CPU tensors hold now.");
+  memory.def("peak", &CpuMemoryTracker::peak, "The most held at once since install or reset_peak.");
+  memory.def("reset_peak", &CpuMemoryTracker::reset_peak, "peak = allocated now.");
   bind_moe(m);
   bind_parallel(m);
   bind_schedule(m);

@@ -14,9 +14,10 @@ namespace {
 // along `gather` in rank order.
 torch::Tensor exchange(const torch::Tensor& x, Comm& group, int64_t scatter, int64_t gather) {
   const int64_t parts = group.world_size();
-  // [P, chunk...] (stack makes it contiguous): the rank-major chunks Comm::all_to_all sends.
-  auto outgoing = torch::stack(x.chunk(parts, scatter), 0);
-  auto incoming = torch::empty_like(outgoing);
+  // [P, chunk...]: the rank-major chunks Comm::all_to_all sends, flat (stack keeps a transposed input's strides, and
+  // empty_like would copy them).
+  auto outgoing = torch::stack(x.chunk(parts, scatter), 0).contiguous();
+  auto incoming = torch::empty(outgoing.sizes(), outgoing.options());
   group.all_to_all(incoming, outgoing).wait();
   return torch::cat(incoming.unbind(0), gather);
 }

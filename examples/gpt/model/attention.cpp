@@ -7,6 +7,7 @@
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/sequence/distributed_attention.h"
 #include "dscpp/sparse_attention/block_sparse_attention.h"
+#include "model/dropout.h"
 
 namespace gpt {
 
@@ -66,11 +67,14 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const double p = is_training() ? dropout_ : 0.0;
   torch::Tensor y;  // (B, T, nh, hs)
   if (sequence_group_ && sequence_group_->world_size() > 1) {
-    // (B, T/P, nh, hs) here; (B, T, nh/P, hs) inside, where causal_attention sees whole sequences.
+    // (B, T/P, nh, hs) here; (B, T, nh/P, hs) inside, where causal_attention sees whole sequences — and, with
+    // dropout, draws the whole model's mask and keeps this rank's heads, as a tensor-parallel part does.
     const auto split_heads = [&](const torch::Tensor& t) { return t.view({B, T, heads, C / heads}); };
+    const int parts = sequence_group_->world_size(), part = sequence_group_->rank();
     const dscpp::DistributedAttention attention(
-        [p](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-          return causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), p).transpose(1, 2);
+        [p, parts, part](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+          return causal_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), p, parts, part)
+              .transpose(1, 2);
         },
         sequence_group_);
     y = attention.forward(split_heads(qkv[0]), split_heads(qkv[1]), split_heads(qkv[2]));
@@ -101,7 +105,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   }
   const auto proj = dscpp::compression::compressed_linear(c_proj_compression, y.contiguous().view({B, T, C}), c_proj);
   auto out = dscpp::row_parallel_linear(proj.input, proj.weight, proj.bias, group_);
-  return p > 0 ? torch::dropout(out, p, /*train=*/true) : out;
+  return p > 0 ? dropout(out, p, sequence_group_) : out;
 }
 
 }  // namespace gpt

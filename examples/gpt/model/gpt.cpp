@@ -4,6 +4,7 @@
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/parallel/tensor_parallel_ops.h"
 #include "dscpp/sequence/tiled_loss.h"
+#include "model/dropout.h"
 #include "dscpp/sparse_attention/python_random.h"
 #include "dscpp/sparse_attention/sparsity_config.h"
 
@@ -141,7 +142,7 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
   const auto positions = torch::arange(first, first + T, idx.options());
   const int64_t vocab_begin = group_->rank() * wte->weight.size(0);
   auto x = dscpp::vocab_parallel_embedding(idx, wte->weight, vocab_begin, group_) + wpe->forward(positions);
-  return config_.dropout > 0 && is_training() ? torch::dropout(x, config_.dropout, /*train=*/true) : x;
+  return config_.dropout > 0 && is_training() ? dropout(x, config_.dropout, sequence_group_) : x;
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& x) {
@@ -210,7 +211,10 @@ void GptImpl::set_sequence_group(std::shared_ptr<dscpp::Comm> group) {
                                 " is not supported yet");
   }
   sequence_group_ = std::move(group);
-  for (auto& block : blocks_) block->attn->set_sequence_group(sequence_group_);
+  for (auto& block : blocks_) {
+    block->attn->set_sequence_group(sequence_group_);
+    if (!block->mlp.is_empty()) block->mlp->set_sequence_group(sequence_group_);
+  }
 }
 
 void GptImpl::attach_compression(const dscpp::compression::ModelCompression& compression) {

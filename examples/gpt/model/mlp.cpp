@@ -2,6 +2,7 @@
 #include "model/mlp.h"
 
 #include "dscpp/parallel/tensor_parallel_layers.h"
+#include "model/dropout.h"
 
 namespace gpt {
 
@@ -31,7 +32,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   auto h = torch::gelu(dscpp::column_parallel_linear(fc.input, fc.weight, fc.bias, group_), "tanh");
   const auto proj = dscpp::compression::compressed_linear(c_proj_compression, h, c_proj);
   auto y = dscpp::row_parallel_linear(proj.input, proj.weight, proj.bias, group_);
-  return dropout_ > 0 && is_training() ? torch::dropout(y, dropout_, /*train=*/true) : y;
+  return dropout_ > 0 && is_training() ? dropout(y, dropout_, sequence_group_) : y;
 }
 
 }  // namespace gpt

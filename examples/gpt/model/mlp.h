@@ -22,6 +22,8 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   torch::Tensor forward(const torch::Tensor& x);
   // Keeps this rank's slices of the whole, initialised weights (called once, right after initialisation).
   void keep_own_slices();
+  // DeepSpeed-Ulysses: x holds this rank's positions of longer sequences; the dropout mask is the whole sequences'.
+  void set_sequence_group(std::shared_ptr<dscpp::Comm> group) { sequence_group_ = std::move(group); }
 
   torch::nn::Linear c_fc{nullptr};    // (4C/p, C)
   torch::nn::Linear c_proj{nullptr};  // (C, 4C/p)
@@ -32,6 +34,7 @@ class MlpImpl : public torch::nn::Cloneable<MlpImpl> {
   int64_t n_embd_;
   double dropout_;
   std::shared_ptr<dscpp::Comm> group_;
+  std::shared_ptr<dscpp::Comm> sequence_group_;
 };
 TORCH_MODULE(Mlp);
 

@@ -1,4 +1,10 @@
-"""dscpp.utils.groups: DeepSpeed's expert-parallel and expert-data-parallel process groups (deepspeed.utils.groups).
+"""dscpp.utils.groups: DeepSpeed's process groups (deepspeed.utils.groups): expert-parallel and expert-data-parallel,
+and sequence-parallel (DeepSpeed-Ulysses).
+
+Sequence parallelism of size P (the config's "sequence_parallel_size", or initialize's mesh_param (dp, P)): the
+sequence-parallel groups are P consecutive ranks (DeepSpeed's ("data_parallel", "sequence_parallel") mesh, row-major),
+the data-parallel groups the ranks with the same index modulo P, and the sequence-data-parallel group — where ZeRO
+partitions and gradients are reduced — every rank. dscpp.initialize makes them; the getters are DeepSpeed's.
 
 For ep_size P over the data-parallel ranks (every rank of the job; an mpu's data-parallel ranks are not supported
 with P > 1 yet), the groups are the C++ engine's (moe::expert_parallel_ranks / expert_data_parallel_ranks): P
@@ -91,3 +97,82 @@ def _get_expert_data_parallel_world_size(group_name):
 
 def _get_expert_data_parallel_rank(group_name):
     return _named(group_name).edp_comm.rank
+
+
+# ---- sequence parallelism (DeepSpeed-Ulysses) ----------------------------------------------------------------------
+
+_sequence = None  # _SequenceGroups once dscpp.initialize has made them
+
+
+class _SequenceGroups:
+    def __init__(self, size, sequence_parallel, data_parallel):
+        self.size = size
+        self.sequence_parallel = sequence_parallel  # this rank's torch.distributed group of P consecutive ranks
+        self.data_parallel = data_parallel          # the ranks holding the same slice of their sequences
+
+
+def _create_sequence_parallel_groups(sequence_parallel_size):
+    """Collective over the job (dscpp.initialize calls it on every rank): the groups for size P, once; a later call
+    with another size is a ValueError (a job has one layout)."""
+    global _sequence
+    if _sequence is not None:
+        if _sequence.size != sequence_parallel_size:
+            raise ValueError(f"dscpp.utils.groups: sequence-parallel groups of {_sequence.size} ranks exist already; "
+                             f"this job cannot also have groups of {sequence_parallel_size}")
+        return _sequence
+    world = dist.get_world_size()
+    if world % sequence_parallel_size:
+        raise ValueError(f"dscpp.utils.groups: sequence_parallel_size {sequence_parallel_size} does not divide the "
+                         f"{world} ranks")
+    rank, mine = dist.get_rank(), {}
+    sequences = [list(range(s, s + sequence_parallel_size)) for s in range(0, world, sequence_parallel_size)]
+    slices = [list(range(i, world, sequence_parallel_size)) for i in range(sequence_parallel_size)]
+    for kind, lists in (("sequence", sequences), ("data", slices)):
+        for ranks in lists:  # torch.distributed.new_group is collective: every rank makes every group, in order
+            group = dist.new_group(ranks)
+            if rank in ranks:
+                mine[kind] = group
+    _sequence = _SequenceGroups(sequence_parallel_size, mine["sequence"], mine["data"])
+    return _sequence
+
+
+def _get_sequence_parallel_group():
+    if _sequence is None:
+        raise KeyError("No sequence parallel group found")
+    return _sequence.sequence_parallel
+
+
+def _get_sequence_parallel_world_size():
+    return 1 if _sequence is None else _sequence.size
+
+
+def _get_sequence_parallel_rank():
+    return 0 if _sequence is None else dist.get_rank() % _sequence.size
+
+
+def _get_sequence_data_parallel_group():
+    return dist.group.WORLD
+
+
+def _get_sequence_data_parallel_world_size():
+    return dist.get_world_size() if dist.is_initialized() else 1
+
+
+def _get_sequence_data_parallel_rank():
+    return dist.get_rank() if dist.is_initialized() else 0
+
+
+def _get_data_parallel_group():
+    return dist.group.WORLD if _sequence is None else _sequence.data_parallel
+
+
+def _get_data_parallel_world_size():
+    if not dist.is_initialized():
+        return 1
+    return dist.get_world_size() // _get_sequence_parallel_world_size()
+
+
+def _get_data_parallel_rank():
+    if not dist.is_initialized():
+        return 0
+    return dist.get_rank() // _get_sequence_parallel_world_size()

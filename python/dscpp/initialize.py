@@ -271,8 +271,10 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
             raise
         raise _C.ConfigError(f"{forward_only_file}: {e}") from None
     resolved = json.loads(engine.config_json)
-    if engine.sequence_parallel_size > 1:  # DeepSpeed's mesh groups, for dscpp.utils.groups' getters
-        from .utils import groups as groups_module
+    from .utils import groups as groups_module
+    groups_module.mpu = mpu  # the getters answer from it, as DeepSpeed's do
+    if engine.sequence_parallel_size > 1 or (mesh_param is not None and dist.is_initialized()):
+        # DeepSpeed's mesh groups, for dscpp.utils.groups' getters (a mesh of sequence size 1 has groups of one)
         groups_module._create_sequence_parallel_groups(engine.sequence_parallel_size)
     loader = None
     if training_data is not None:

@@ -64,13 +64,18 @@ def ref_variable(H, nb, per_head, nrand, windows, gstart, gend, uni, horizontal)
     return L
 
 
+def ref_window(L, h, nb, window):
+    """BigBird's and Longformer's sliding window: window // 2 blocks either side of the diagonal."""
+    for row in range(nb):
+        L[h, row, max(0, row - window // 2):min(row + window // 2 + 1, nb)] = 1
+
+
 def ref_bigbird(H, nb, per_head, nrand, window, ng, uni):
     L = torch.zeros(H, nb, nb, dtype=torch.int64)
     for h in range(H if per_head else 1):
         for row in range(nb):
             L[h, row, random.sample(range(nb if not uni else row + 1), nrand)] = 1
-        for row in range(nb):
-            L[h, row, max(0, row - window // 2):min(row + window // 2 + 1, nb)] = 1
+        ref_window(L, h, nb, window)
         L[h, :ng, :] = 1
         L[h, :, :ng] = 1
         if uni:
@@ -83,8 +88,7 @@ def ref_bigbird(H, nb, per_head, nrand, window, ng, uni):
 def ref_bslongformer(H, nb, per_head, window, gstart, gend, uni):
     L = torch.zeros(H, nb, nb, dtype=torch.int64)
     for h in range(H if per_head else 1):
-        for row in range(nb):
-            L[h, row, max(0, row - window // 2):min(row + window // 2 + 1, nb)] = 1
+        ref_window(L, h, nb, window)
         for i, s in enumerate(gstart):
             if s < nb:
                 e = min(gend[i], nb) if gend else s + 1
@@ -260,6 +264,13 @@ def test_a_shorter_sequence_uses_the_layouts_corner_and_errors_name_sizes():
         attention(*(torch.randn(1, 2, 18, 8),) * 3)
     with pytest.raises(ValueError, match="the sparsity config has 2 heads, the query 3"):
         attention(*(torch.randn(1, 3, 16, 8),) * 3)
+    # a layout written in place (a loaded checkpoint, rank 0's broadcast) is the one used next; copies work
+    import copy
+    twin = copy.deepcopy(attention)
+    assert (twin(q, q, q) - want).abs().max() < 1e-10
+    attention.master_layout.copy_(FixedSparsityConfig(2, block=4, num_local_blocks=2).make_layout(32))
+    other = dense_reference(q, q, q, attention.master_layout[:, :4, :4], 4)
+    assert (attention(q, q, q) - other).abs().max() < 1e-10 and (other - want).abs().max() > 1e-3
     with pytest.raises(ValueError, match="key_padding_mask_mode must be 'add' or 'mul'"):
         SparseSelfAttention(FixedSparsityConfig(2), key_padding_mask_mode="max")
 

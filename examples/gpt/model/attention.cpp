@@ -30,9 +30,9 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
     auto sizes = weights.sizes().vec();
     sizes[1] *= head_parts;
     auto keep = torch::empty(sizes, weights.options()).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
-    weights = weights * keep.chunk(head_parts, 1)[head_part];
-  } else {
-    weights = torch::dropout(weights, dropout_p, /*train=*/true);
+    weights = weights * keep.chunk(head_parts, 1)[head_part].clone();  // not the whole draw kept for backward
+  } else {  // the same draw spelled out, as the sliced one (a GPU's fused dropout would draw another way)
+    weights = weights * torch::empty_like(weights).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
   }
   return torch::matmul(weights, v);  // (B, nh, T, hs)
 }

@@ -63,7 +63,7 @@ class BlockSparsePlan {
 
 // q, k, v (B, H, T, D) with T = plan.blocks() · plan.block(); masks.causal must be the plan's. Returns (B, H, T, D).
 // A row whose blocks are all masked gives NaN, as a dense softmax over -inf does; a row with no block in the layout
-// gives zeros. std::invalid_argument naming the shapes when they disagree.
+// (under causal: none at or before its diagonal) gives zeros. std::invalid_argument naming the shapes when they disagree.
 torch::Tensor block_sparse_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      const BlockSparsePlan& plan, const AttentionMasks& masks = {});
 // The same with a plan made for this call: layout (H, T/block, T/block).

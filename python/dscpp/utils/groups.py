@@ -102,6 +102,7 @@ def _get_expert_data_parallel_rank(group_name):
 # ---- sequence parallelism (DeepSpeed-Ulysses) ----------------------------------------------------------------------
 
 _sequence = None  # _SequenceGroups once dscpp.initialize has made them
+mpu = None  # the mpu dscpp.initialize was given (Megatron's parallel state): its data-parallel group is the engine's
 
 
 class _SequenceGroups:
@@ -150,6 +151,8 @@ def _get_sequence_parallel_rank():
     return 0 if _sequence is None else dist.get_rank() % _sequence.size
 
 
+# The sequence-data-parallel group is where ZeRO partitions and gradients are reduced: here every rank. (DeepSpeed
+# 0.19.8's getters answer its mesh's "data_parallel" dimension for it, though its engine reduces over every rank too.)
 def _get_sequence_data_parallel_group():
     return dist.group.WORLD
 
@@ -163,16 +166,22 @@ def _get_sequence_data_parallel_rank():
 
 
 def _get_data_parallel_group():
+    if mpu is not None:
+        return mpu.get_data_parallel_group()
     return dist.group.WORLD if _sequence is None else _sequence.data_parallel
 
 
 def _get_data_parallel_world_size():
+    if mpu is not None:
+        return mpu.get_data_parallel_world_size()
     if not dist.is_initialized():
         return 1
     return dist.get_world_size() // _get_sequence_parallel_world_size()
 
 
 def _get_data_parallel_rank():
+    if mpu is not None:
+        return mpu.get_data_parallel_rank()
     if not dist.is_initialized():
         return 0
     return dist.get_rank() // _get_sequence_parallel_world_size()

@@ -25,9 +25,8 @@ class SparseSelfAttention(nn.Module):
         self.key_padding_mask_mode = key_padding_mask_mode
         self.attn_mask_mode = attn_mask_mode
 
-    def _load_from_state_dict(self, *args, **kwargs):
-        super()._load_from_state_dict(*args, **kwargs)
-        self._plans.clear()  # a loaded layout replaces the one the plans were made from
+    def __getstate__(self):  # plans are made again where the module goes (deepcopy, pickling)
+        return {**self.__dict__, "_plans": {}}
 
     def get_layout(self, L):
         # The random blocks were drawn by each rank's own `random`: rank 0's layout is everyone's (DeepSpeed's rule).
@@ -73,11 +72,15 @@ class SparseSelfAttention(nn.Module):
             key_padding_mask = self.transpose_mask_for_sparse(query.dtype, key_padding_mask, is_key_padding_mask=True)
         if attn_mask is not None:
             attn_mask = self.transpose_mask_for_sparse(query.dtype, attn_mask)
-        plan = self._plans.get((tgt_len, query.device))
-        if plan is None:  # once per length and device, as DeepSpeed makes its kernels' tables per length
-            plan = _C.sparse_attention.BlockSparsePlan(self.get_layout(tgt_len), self.sparsity_config.block,
-                                                       device=query.device)
-            self._plans[(tgt_len, query.device)] = plan
+        layout = self.get_layout(tgt_len)  # rank 0's layout on every rank from the first call on
+        # Once per length, device and layout version (a broadcast or a loaded checkpoint writes the layout in place),
+        # as DeepSpeed makes its kernels' tables per length.
+        cache_key = (tgt_len, query.device, self.master_layout._version)
+        plan = self._plans.get(cache_key)
+        if plan is None:
+            plan = _C.sparse_attention.BlockSparsePlan(layout, self.sparsity_config.block, device=query.device)
+            self._plans = {k: v for k, v in self._plans.items() if k[2] == cache_key[2]}  # older layouts' go
+            self._plans[cache_key] = plan
         return _C.sparse_attention.block_sparse_attention_planned(
             query, key, value, plan, scale=float(head_dim) ** -0.5, rpe=rpe, key_padding_mask=key_padding_mask,
             key_padding_mask_mul=self.key_padding_mask_mode == "mul", attn_mask=attn_mask,

@@ -49,6 +49,7 @@ BENCHES=(
   "pipeline|4|8|bench/pipeline/run.sh $BUILD"
   "generation|3|8|bench/generation/run.sh $BUILD"
   "compression|4|4|bench/compression/run.sh $BUILD"
+  "long_context|6|24|bench/long_context/run.sh $BUILD"
   "soak|3|8|bench/soak/run.sh $BUILD"
   "scale_demo|25|0|bench/scale_demo/run.sh $BUILD"
 )

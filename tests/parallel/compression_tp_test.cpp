@@ -256,9 +256,11 @@ void expect_sliced_runs_equal_one_process(const std::string& name, const json& s
 }
 
 // Symmetric 4-bit weights (groups across the slices and within them), l1 rows, learned sparse masks and heads: the
-// one-process trajectory as plain tensor parallelism gives it (loss 1e-5, gradient norm 1e-3 of itself).
+// one-process trajectory as plain tensor parallelism gives it (loss 1e-5, gradient norm 1e-3 of itself). (tp 2 × dp 2
+// at ZeRO-1 passed too when tried; left out of the default set for CI time: data parallelism does not touch the
+// compression, which SlicedLayersComputeTheirSliceOfTheWholeLayers checks bit for bit.)
 TEST(TensorParallelCompression, GptTrainWeightsAndMasksAsOneProcess) {
-  expect_sliced_runs_equal_one_process("masks", weights_and_masks(), {{2, 0}, {4, 1}}, false);
+  expect_sliced_runs_equal_one_process("masks", weights_and_masks(), {{2, 0}}, false);
 }
 
 // Thresholds — a binary weight's sign, ternary's 0.7·mean, a rounding step of 8-bit activations — turn tensor

@@ -43,6 +43,9 @@ void bind_parallel(py::module_& m) {
   m.def("gather_from_model_parallel", &gather_from_model_parallel, py::arg("x"), py::arg("group"),
         py::call_guard<py::gil_scoped_release>(),
         "x (…, n) on every rank → (…, n · group size), rank r's columns at [r·n, (r+1)·n).");
+  m.def("scatter_to_model_parallel", &scatter_to_model_parallel, py::arg("x"), py::arg("group"),
+        py::call_guard<py::gil_scoped_release>(),
+        "x (…, n · group size) → (…, n), this rank's columns; backward all-gathers them (Megatron's scatter).");
 }
 
 }  // namespace dscpp::python

@@ -12,19 +12,21 @@ namespace dscpp::compression {
 
 torch::Tensor LayerPartition::whole(const torch::Tensor& local) const {
   torch::NoGradGuard no_grad;
-  // Each rank's elements with their places in the whole (flat indices), gathered; every rank's slice has the same
-  // size, so the gathers line up rank by rank.
-  const auto places =
-      weight.take(torch::arange(weight.whole_numel(), torch::TensorOptions().dtype(torch::kLong).device(local.device()))
-                      .view(weight.whole_shape))
-          .view(-1);
   const int p = group->world_size();
+  if (!places_.defined() || places_.device() != local.device()) {
+    // Each rank's elements' places in the whole (flat indices), gathered once; every rank's slice has the same
+    // size, so the value gathers line up with them rank by rank.
+    const auto mine = weight.take(torch::arange(weight.whole_numel(),
+                                                torch::TensorOptions().dtype(torch::kLong).device(local.device()))
+                                      .view(weight.whole_shape))
+                          .view(-1);
+    places_ = torch::empty({p * mine.numel()}, mine.options());
+    group->all_gather(places_, mine).wait();
+  }
   auto values = torch::empty({p * local.numel()}, local.options());
-  auto where = torch::empty({p * local.numel()}, places.options());
   group->all_gather(values, local.contiguous().view(-1)).wait();
-  group->all_gather(where, places).wait();
   auto out = torch::empty({weight.whole_numel()}, local.options());
-  out.index_put_({where}, values);
+  out.index_put_({places_}, values);
   return out.view(weight.whole_shape);
 }
 

@@ -15,25 +15,14 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
                                double dropout_p, int head_parts, int head_part) {
   if (dropout_p == 0) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, 0.0, /*is_causal=*/true);
   // With dropout the math is spelled out: the fused kernel draws its mask its own way, and a tensor-parallel part
-  // must draw the whole model's mask (below) to drop what one process drops.
-  const bool sliced_dropout = head_parts > 1;
+  // must draw the whole model's mask and keep its heads' (dropout.h) to drop what one process drops.
   const int64_t T = q.size(-2);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   auto scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // (B, nh, T, T)
   // True above the diagonal: position t may not look at t' > t.
   const auto future = torch::ones({T, T}, torch::TensorOptions().dtype(torch::kBool).device(q.device())).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  auto weights = torch::softmax(scores, -1);
-  if (sliced_dropout) {
-    // What torch::dropout does to the whole (B, nh, T, T) weights — a Bernoulli(1 - p) draw of their shape, scaled
-    // by 1 / (1 - p) — with this part's heads kept.
-    auto sizes = weights.sizes().vec();
-    sizes[1] *= head_parts;
-    auto keep = torch::empty(sizes, weights.options()).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
-    weights = weights * keep.chunk(head_parts, 1)[head_part].clone();  // not the whole draw kept for backward
-  } else {  // the same draw spelled out, as the sliced one (a GPU's fused dropout would draw another way)
-    weights = weights * torch::empty_like(weights).bernoulli_(1 - dropout_p).div_(1 - dropout_p);
-  }
+  const auto weights = dropout(torch::softmax(scores, -1), dropout_p, head_parts, head_part);  // (B, nh, T, T)
   return torch::matmul(weights, v);  // (B, nh, T, hs)
 }
 

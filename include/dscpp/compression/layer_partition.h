@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "dscpp/checkpoint/tensor_slice.h"
 #include "dscpp/comm/comm.h"
@@ -20,13 +21,16 @@
 namespace dscpp::compression {
 
 struct LayerPartition {
+  LayerPartition(std::shared_ptr<Comm> group, TensorSlice weight) : group(std::move(group)), weight(std::move(weight)) {}
+
   std::shared_ptr<Comm> group;  // the model-parallel group
   TensorSlice weight;           // this rank's slice of the whole (out, in) weight
 
   // Row-parallel: the input arrives split over its features, as the weight's columns are.
   bool input_split() const { return weight.dim == 1; }
 
-  // The whole weight, assembled from every rank's slice (collective; a copy, outside autograd).
+  // The whole weight, assembled from every rank's slice (collective; a copy, outside autograd). Where each rank's
+  // elements sit in the whole is gathered on the first call and kept (a forward that quantizes the whole calls this).
   torch::Tensor whole(const torch::Tensor& local) const;
 
   // This rank's part of `t`, a tensor broadcastable to the whole weight — a mask (out, in), a row mask (out, 1), a
@@ -49,6 +53,9 @@ struct LayerPartition {
   // [min, max] of each token's whole feature vector, (tokens, 2), for an input split over its features (a row-
   // parallel layer's); of the whole input, (2), with `per_token` false. Collective; outside autograd.
   torch::Tensor input_range(const torch::Tensor& x, bool per_token) const;
+
+ private:
+  mutable torch::Tensor places_;  // whole()'s: every rank's elements' flat indices in the whole, rank-major
 };
 
 }  // namespace dscpp::compression

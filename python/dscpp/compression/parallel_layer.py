@@ -4,7 +4,6 @@ mpu.RowParallelLinear with these. Each rank compresses its own partition, as Dee
 parallel) or columns' (row-parallel) own quantization scales and masks — so a tensor-parallel run is not the
 one-process run's compression unless the groups line up (docs/compression.md). The matrix products and collectives
 are the C++ engine's tensor-parallel forwards over the mpu's model-parallel group (python/src/parallel.cpp)."""
-import torch
 
 from .. import _C
 from ..comm import engine_comm_arguments
@@ -38,19 +37,6 @@ def _partition(mpu, size, layer, what):
     return comm, size // comm.world_size
 
 
-class _SplitLastDim(torch.autograd.Function):
-    """This rank's columns of a whole input; backward all-gathers the columns' gradients (Megatron's scatter)."""
-
-    @staticmethod
-    def forward(ctx, x, comm):
-        ctx.comm = comm
-        return x.chunk(comm.world_size, dim=-1)[comm.rank].contiguous()
-
-    @staticmethod
-    def backward(ctx, grad):
-        return _C.gather_from_model_parallel(grad.contiguous(), ctx.comm), None
-
-
 class ColumnParallelLinear_Compress(LinearLayer_Compress):
     """This rank's output rows [r·out/p, (r+1)·out/p) of an (out, in) linear. Returns (output, bias) as Megatron's:
     bias None unless skip_bias_add."""
@@ -82,7 +68,7 @@ class RowParallelLinear_Compress(LinearLayer_Compress):
         self.input_is_parallel, self.skip_bias_add = input_is_parallel, skip_bias_add
 
     def forward(self, input_):
-        x = input_ if self.input_is_parallel else _SplitLastDim.apply(input_, self.comm)
+        x = input_ if self.input_is_parallel else _C.scatter_to_model_parallel(input_, self.comm)
         x, weight, bias = self.compressed(x)
         out = _C.row_parallel_linear(x, weight, None if self.skip_bias_add else bias, self.comm)
         return out, (bias if self.skip_bias_add else None)

@@ -11,11 +11,17 @@ function(dscpp_make_pch_target)
   target_precompile_headers(dscpp_torch_pch PRIVATE ${PROJECT_SOURCE_DIR}/cmake/pch/torch_pch.h)
 endfunction()
 
+# dscpp_unity_build(TARGET): the target's sources compiled in batches when DSCPP_UNITY_BUILD is on (CMakeLists.txt).
+function(dscpp_unity_build target)
+  set_target_properties(${target} PROPERTIES UNITY_BUILD ${DSCPP_UNITY_BUILD} UNITY_BUILD_BATCH_SIZE 8)
+endfunction()
+
 # dscpp_library(NAME SOURCES... [TORCH] [DEPS libs...]): one layer of the engine, one folder of src/.
 function(dscpp_library name)
   cmake_parse_arguments(ARG "TORCH" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
   add_library(dscpp::${name} ALIAS ${name})
+  dscpp_unity_build(${name})
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:include>)

@@ -2,13 +2,13 @@
 // the variable, its value and what is allowed, because a wrong rank or port otherwise shows up as a hang.
 #include "dscpp/comm/dist_env.h"
 
+#include <unistd.h>  // environ: the process environment, read once by from_env()
+
 #include <cmath>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <vector>
-
-extern char** environ;  // POSIX: the process environment, read once by from_env()
 
 namespace dscpp {
 namespace {

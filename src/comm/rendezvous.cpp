@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "comm_errors.h"
+
 namespace dscpp {
 namespace {
 
@@ -22,14 +24,6 @@ std::string seconds(std::chrono::milliseconds ms) {
   std::ostringstream out;
   out << static_cast<double>(ms.count()) / 1000.0 << " s";
   return out.str();
-}
-
-// The exception's message without c10's backtrace or a trailing period (we append our own sentence).
-std::string reason(const std::exception& e) {
-  auto c10 = dynamic_cast<const c10::Error*>(&e);
-  std::string text = c10 ? c10->what_without_backtrace() : e.what();
-  while (!text.empty() && (text.back() == '.' || text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return text;
 }
 
 std::string joined_key(int rank) { return "dscpp/joined/" + std::to_string(rank); }

@@ -5,8 +5,6 @@
 namespace dscpp {
 namespace {
 
-constexpr int64_t kNoMax = JsonReader::kNoMax;
-
 WarmupType read_warmup_type(JsonReader& p) {
   return p.get_choice("warmup_type", "log", {"log", "linear"}) == "log" ? WarmupType::kLog : WarmupType::kLinear;
 }
@@ -20,7 +18,7 @@ WarmupLROptions parse_warmup(JsonReader& p, std::optional<double> default_max_lr
     o.warmup_max_lr = p.get_number("warmup_max_lr", default_max_lr.value_or(0.0));
     p.require(*o.warmup_max_lr >= 0, "warmup_max_lr", "a number >= 0");
   }
-  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, kNoMax);  // DeepSpeed: a positive integer
+  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, JsonReader::kNoMax);  // DeepSpeed: a positive integer
   o.warmup_type = read_warmup_type(p);
   return o;
 }
@@ -28,7 +26,7 @@ WarmupLROptions parse_warmup(JsonReader& p, std::optional<double> default_max_lr
 // total_num_steps is required where it appears: the decay has no sensible default length.
 int64_t read_total_steps(JsonReader& p, int64_t warmup_num_steps) {
   p.require(p.has("total_num_steps"), "total_num_steps", "an integer >= warmup_num_steps (required)");
-  int64_t total = p.get_int("total_num_steps", 0, 1, kNoMax);
+  int64_t total = p.get_int("total_num_steps", 0, 1, JsonReader::kNoMax);
   p.require(total >= warmup_num_steps, "total_num_steps",
             "an integer >= warmup_num_steps (" + std::to_string(warmup_num_steps) + ")");
   return total;
@@ -45,7 +43,7 @@ WarmupCosineLROptions parse_warmup_cosine(JsonReader& p) {
   WarmupCosineLROptions o;
   o.warmup_min_ratio = p.get_number("warmup_min_ratio", 0.0);
   p.require(o.warmup_min_ratio >= 0 && o.warmup_min_ratio <= 1, "warmup_min_ratio", "a number in [0, 1]");
-  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, kNoMax);  // DeepSpeed: a positive integer
+  o.warmup_num_steps = p.get_int("warmup_num_steps", 1000, 1, JsonReader::kNoMax);  // DeepSpeed: a positive integer
   o.cos_min_ratio = p.get_number("cos_min_ratio", 1e-4);
   p.require(o.cos_min_ratio >= 0 && o.cos_min_ratio <= 1, "cos_min_ratio", "a number in [0, 1]");
   o.warmup_type = read_warmup_type(p);
@@ -55,7 +53,7 @@ WarmupCosineLROptions parse_warmup_cosine(JsonReader& p) {
 
 // null means "same as the first half" in DeepSpeed; we spell that -1.
 int64_t read_optional_steps(JsonReader& p, const std::string& key) {
-  return p.get_optional_int(key, 0, kNoMax).value_or(-1);
+  return p.get_optional_int(key, 0, JsonReader::kNoMax).value_or(-1);
 }
 
 OneCycleOptions parse_one_cycle(JsonReader& p) {
@@ -67,11 +65,11 @@ OneCycleOptions parse_one_cycle(JsonReader& p) {
   p.require(o.cycle_min_lr >= 0 && o.cycle_min_lr <= o.cycle_max_lr, "cycle_min_lr",
             "a number in [0, cycle_max_lr]");
   o.decay_lr_rate = p.get_number("decay_lr_rate", 0.0);
-  o.cycle_first_step_size = p.get_int("cycle_first_step_size", 2000, 1, kNoMax);
+  o.cycle_first_step_size = p.get_int("cycle_first_step_size", 2000, 1, JsonReader::kNoMax);
   o.cycle_second_step_size = read_optional_steps(p, "cycle_second_step_size");
-  o.cycle_first_stair_count = p.get_int("cycle_first_stair_count", 0, 0, kNoMax);
+  o.cycle_first_stair_count = p.get_int("cycle_first_stair_count", 0, 0, JsonReader::kNoMax);
   o.cycle_second_stair_count = read_optional_steps(p, "cycle_second_stair_count");
-  o.decay_step_size = p.get_int("decay_step_size", 0, 0, kNoMax);
+  o.decay_step_size = p.get_int("decay_step_size", 0, 0, JsonReader::kNoMax);
   o.cycle_momentum = p.get_bool("cycle_momentum", true);
   o.cycle_min_mom = p.get_number("cycle_min_mom", 0.8);
   o.cycle_max_mom = p.get_number("cycle_max_mom", 0.9);
@@ -83,7 +81,7 @@ LRRangeTestOptions parse_lr_range_test(JsonReader& p) {
   LRRangeTestOptions o;
   o.lr_range_test_min_lr = p.get_number("lr_range_test_min_lr", 1e-3);
   p.require(o.lr_range_test_min_lr >= 0, "lr_range_test_min_lr", "a number >= 0");
-  o.lr_range_test_step_size = p.get_int("lr_range_test_step_size", 2000, 1, kNoMax);
+  o.lr_range_test_step_size = p.get_int("lr_range_test_step_size", 2000, 1, JsonReader::kNoMax);
   o.lr_range_test_step_rate = p.get_number("lr_range_test_step_rate", 1.0);
   o.lr_range_test_staircase = p.get_bool("lr_range_test_staircase", false);
   return o;

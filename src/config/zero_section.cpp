@@ -5,8 +5,6 @@
 namespace dscpp {
 namespace {
 
-constexpr int64_t kNoMax = JsonReader::kNoMax;
-
 OffloadDevice parse_device(JsonReader& section) {
   std::string device = section.get_choice("device", "none", {"none", "cpu", "nvme"});
   if (device == "cpu") return OffloadDevice::kCpu;
@@ -64,18 +62,20 @@ ZeroConfig parse_zero(JsonReader& z) {
   c.stage = static_cast<int>(z.get_int("stage", 0, 0, 3));
   c.contiguous_gradients = z.get_bool("contiguous_gradients", true);
   c.reduce_scatter = z.get_bool("reduce_scatter", true);
-  c.reduce_bucket_size = z.get_int("reduce_bucket_size", 500'000'000, 1, kNoMax);
+  c.reduce_bucket_size = z.get_int("reduce_bucket_size", 500'000'000, 1, JsonReader::kNoMax);
   c.allgather_partitions = z.get_bool("allgather_partitions", true);
-  c.allgather_bucket_size = z.get_int("allgather_bucket_size", 500'000'000, 1, kNoMax);
+  c.allgather_bucket_size = z.get_int("allgather_bucket_size", 500'000'000, 1, JsonReader::kNoMax);
   // DeepSpeed: overlap_comm unset means on for stage 3 (prefetch needs it), off below.
   c.overlap_comm = z.get_optional_bool("overlap_comm").value_or(c.stage == 3);
   z.get_bool("overlap_comm", c.overlap_comm);  // writes the resolved default out
-  c.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1, kNoMax);
-  c.stage3_prefetch_bucket_size = z.get_int("stage3_prefetch_bucket_size", 50'000'000, 0, kNoMax);
-  c.stage3_param_persistence_threshold = z.get_int("stage3_param_persistence_threshold", 100'000, 0, kNoMax);
-  c.stage3_model_persistence_threshold = z.get_int("stage3_model_persistence_threshold", kNoMax, 0, kNoMax);
-  c.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0, kNoMax);
-  c.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0, kNoMax);
+  c.sub_group_size = z.get_int("sub_group_size", 1'000'000'000, 1, JsonReader::kNoMax);
+  c.stage3_prefetch_bucket_size = z.get_int("stage3_prefetch_bucket_size", 50'000'000, 0, JsonReader::kNoMax);
+  c.stage3_param_persistence_threshold =
+      z.get_int("stage3_param_persistence_threshold", 100'000, 0, JsonReader::kNoMax);
+  c.stage3_model_persistence_threshold =
+      z.get_int("stage3_model_persistence_threshold", JsonReader::kNoMax, 0, JsonReader::kNoMax);
+  c.stage3_max_live_parameters = z.get_int("stage3_max_live_parameters", 1'000'000'000, 0, JsonReader::kNoMax);
+  c.stage3_max_reuse_distance = z.get_int("stage3_max_reuse_distance", 1'000'000'000, 0, JsonReader::kNoMax);
   // The deprecated fp16 spelling still works when the 16-bit one is absent.
   bool legacy_gather = false;
   if (z.has("stage3_gather_fp16_weights_on_model_save")) {

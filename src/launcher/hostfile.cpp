@@ -8,14 +8,20 @@
 #include <stdexcept>
 
 namespace dscpp::launcher {
-namespace {
-
 std::string trim(const std::string& text) {
   size_t begin = 0, end = text.size();
   while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
   while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
   return text.substr(begin, end - begin);
 }
+
+std::vector<int> slot_range(int n) {
+  std::vector<int> slots(n);
+  for (int i = 0; i < n; ++i) slots[i] = i;
+  return slots;
+}
+
+namespace {
 
 bool all_digits(const std::string& text) {
   return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
@@ -69,12 +75,6 @@ void check_host_name(const std::string& host, const std::string& where) {
   }
 }
 
-std::vector<int> range(int n) {
-  std::vector<int> slots(n);
-  for (int i = 0; i < n; ++i) slots[i] = i;
-  return slots;
-}
-
 }  // namespace
 
 Resources parse_hostfile(const std::string& text, const std::string& source) {
@@ -103,7 +103,7 @@ Resources parse_hostfile(const std::string& text, const std::string& source) {
     if (find_host(pool, host) != nullptr) {
       throw std::invalid_argument(where + ": host '" + host + "' is listed twice");
     }
-    pool.push_back({host, range(std::stoi(count))});
+    pool.push_back({host, slot_range(std::stoi(count))});
   }
   if (pool.empty()) throw std::invalid_argument(source + ": the hostfile lists no host ('HOST slots=N' lines)");
   return pool;

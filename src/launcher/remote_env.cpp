@@ -15,13 +15,6 @@ namespace {
 constexpr const char* kExportPrefixes[] = {"NCCL_", "UCX_", "TORCHELASTIC_"};
 constexpr const char* kDefaultEnvFile = ".deepspeed_env";
 
-std::string trim(const std::string& text) {
-  size_t begin = 0, end = text.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
-  return text.substr(begin, end - begin);
-}
-
 std::string lookup(const EnvMap& env, const std::string& key) {
   auto it = env.find(key);
   return it == env.end() ? std::string() : it->second;

@@ -9,12 +9,6 @@ namespace {
 
 constexpr const char* kLocalhost = "localhost";
 
-std::vector<int> range(int n) {
-  std::vector<int> slots(n);
-  for (int i = 0; i < n; ++i) slots[i] = i;
-  return slots;
-}
-
 void check_count(int value, const char* flag) {
   if (value == 0 || value < -1) {
     throw std::invalid_argument(std::string(flag) + " " + std::to_string(value) + ": expected a positive count");
@@ -30,7 +24,7 @@ Resources local_pool(const WorldOptions& options) {
       for (int slot : node.slots) slots = std::max(slots, slot + 1);
     }
   }
-  return {{kLocalhost, range(slots)}};
+  return {{kLocalhost, slot_range(slots)}};
 }
 
 }  // namespace
@@ -75,7 +69,7 @@ World resolve_world(const WorldOptions& options) {
     if (options.num_nodes > 0) world.nodes.resize(options.num_nodes);
     // As in DeepSpeed, --num_gpus replaces every host's slots with 0..N-1, whatever the hostfile says.
     if (options.num_gpus > 0) {
-      for (auto& node : world.nodes) node.slots = range(options.num_gpus);
+      for (auto& node : world.nodes) node.slots = slot_range(options.num_gpus);
     }
     world.set_visible_devices = !options.hostfile.empty() || filtered;
   }

@@ -8,9 +8,10 @@ continuation from its universal checkpoint (ds_to_universal) at that layout. At 
 DeepSpeed's zero_to_fp32 reconstruction and the Adam moments its universal files, bit for bit. A file holding a
 pickled object that is not data is refused naming it, without running it; a truncated one names the file.
 
-The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint of our run (or, for DeepSpeed
-without ZeRO, its ZeRO-0 layout), which real DeepSpeed continues like our own continuation: at ZeRO 0-3, on 1, 2 and
-4 processes, with BatchNorm buffers (ZeRO 0), under OneCycle's cycled momentum, in bf16. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
+The other way, `dscpp convert --to deepspeed` writes DeepSpeed's universal checkpoint of our run, or the files
+DeepSpeed itself saves at one ZeRO stage (0-3) and world size, which real DeepSpeed continues like our own
+continuation: at ZeRO 0-3, on 1, 2, 3 and 4 processes, with BatchNorm buffers and frozen parameters, under OneCycle's
+cycled momentum, in bf16. Cases whose id ends in "long" run in the long set (CMakeLists.txt).
 """
 import argparse
 import json
@@ -265,6 +266,52 @@ def test_deepspeed_continues_our_run(stage, world, their_stage, our_run, tmp_pat
     if world != 2:
         ours = [None] * SAVE_AT + continue_ours(ckpt, 0 if world == 1 else stage, world, tmp_path)
     assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
+
+
+@pytest.mark.parametrize("stage,world,model",
+                         [(1, 2, ()), (2, 2, ()), (3, 2, ("--model", "batchnorm", "--eval", "--freeze", "fc1.bias")),
+                          (2, 1, ()), (3, 4, ()), (1, 3, ("--model", "batchnorm", "--eval"))],
+                         ids=["zero1", "zero2_long", "zero3_buffers_frozen", "zero2_to_one_long", "zero3_to_four_long",
+                              "zero1_to_three_buffers_long"])
+def test_deepspeed_continues_our_run_from_its_own_zero_files(stage, world, model, our_run, tmp_path):
+    """`dscpp convert --to deepspeed --zero_stage S --world_size W` writes the files DeepSpeed itself saves at ZeRO S
+    on W ranks (each rank's partition of the flat buffers; at ZeRO 3 each rank's pieces, its model states with the
+    buffers and its pieces of the frozen parameters); real DeepSpeed loads them without load_universal and continues
+    like our own continuation at that layout."""
+    ckpt, ours = our_run(stage, model=model)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed", "--zero_stage", str(stage), "--world_size", str(world))
+    tag = written / f"global_step{SAVE_AT}"
+    optimizer_files = sorted(f.name for f in tag.iterdir() if f.name.endswith("_optim_states.pt"))
+    assert optimizer_files == [f"zero_pp_rank_{r}_mp_rank_00_optim_states.pt" for r in range(world)]
+    theirs = run_script("deepspeed", ["train_script.py", "--config", write_config(tmp_path, config(stage), "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written), *model], world=world)
+    if world != 2:
+        ours = [None] * SAVE_AT + continue_ours(ckpt, stage, world, tmp_path, model=model)
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
+
+
+def test_deepspeed_continues_our_bf16_run_from_its_zero2_files_long(our_run, tmp_path):
+    """A bf16 run's ZeRO-2 files: bf16_-prefixed optimizer files (the name DeepSpeed's bf16 load asks for), the module
+    in bf16 (the rounding of the masters DeepSpeed starts from); its continuation follows ours within a few bf16 steps
+    (test_training.py's bound), the first loss equal."""
+    ckpt, ours = our_run(2, bf16=True)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed", "--zero_stage", "2")
+    assert (written / f"global_step{SAVE_AT}" / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").exists()
+    theirs = run_script("deepspeed", ["train_script.py", "--config",
+                                      write_config(tmp_path, config(2, bf16=True), "theirs.json"),
+                                      "--steps", str(STEPS - SAVE_AT), "--load_dir", str(written)], world=2)
+    assert theirs[0]["loss"] == ours[SAVE_AT]["loss"]
+    assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT, tol=2e-2)
+
+
+def test_a_zero_stage_outside_deepspeeds_is_refused(our_run, tmp_path):
+    ckpt, _ = our_run(1)
+    for flags, named in ((["--zero_stage", "4"], "--zero_stage"), (["--world_size", "2"], "--world_size"),
+                         (["--zero_stage", "1", "--world_size", "0"], "--world_size")):
+        result = subprocess.run([DSCPP, "convert", "--to", "deepspeed", *flags, str(ckpt), str(tmp_path / "out")],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode != 0 and named in result.stderr, (flags, result.stderr)
+        assert not (tmp_path / "out").exists()
 
 
 def test_our_checkpoint_through_deepspeeds_layout_and_back_is_bit_for_bit(our_run, tmp_path):

@@ -9,30 +9,39 @@ namespace dscpp {
 
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& args) {
   auto* cmd = app.add_subcommand("convert", "a DeepSpeed checkpoint as ours (--from deepspeed), or ours as "
-                                            "DeepSpeed's universal checkpoint (--to deepspeed)");
+                                            "DeepSpeed's (--to deepspeed)");
   auto* from = cmd->add_option("--from", args.from, "read this format, write ours")->check(CLI::IsMember({"deepspeed"}));
   auto* to = cmd->add_option("--to", args.to, "read ours, write this format")->check(CLI::IsMember({"deepspeed"}));
   from->excludes(to);
   cmd->add_option("source", args.source, "the save_dir to read (with `latest` and the tags)")->required();
   cmd->add_option("out_dir", args.out_dir, "the checkpoint directory to write")->required();
   cmd->add_option("--tag", args.tag, "tag to convert (default: the one `latest` names)");
-  cmd->add_option("--zero_stage", args.zero_stage,
-                  "--to deepspeed: 0 writes DeepSpeed's ZeRO-0 layout (default: its universal checkpoint, which "
-                  "DeepSpeed loads at ZeRO 1-3)")
-      ->check(CLI::IsMember({0}))
-      ->needs(to);
+  auto* stage = cmd->add_option("--zero_stage", args.zero_stage,
+                                "--to deepspeed: write the files DeepSpeed saves at this ZeRO stage, which it loads "
+                                "at that stage and world size (default: its universal checkpoint, which it loads at "
+                                "ZeRO 1-3 and any world size)")
+                     ->check(CLI::Range(0, 3))
+                     ->needs(to);
+  cmd->add_option("--world_size", args.world_size,
+                  "--to deepspeed --zero_stage: the data-parallel world size DeepSpeed continues at (default: the "
+                  "saving run's)")
+      ->check(CLI::PositiveNumber)
+      ->needs(stage);
   return cmd;
 }
 
 void run_convert(const ConvertArgs& args, std::ostream& out) {
   const auto written = (std::filesystem::path(args.out_dir) / "").string();
   if (!args.to.empty()) {
-    const bool zero0 = args.zero_stage == 0;
-    const auto result = write_deepspeed_checkpoint(args.source, args.tag, args.out_dir,
-                                                   zero0 ? DeepSpeedLayout::kZero0 : DeepSpeedLayout::kUniversal);
-    out << written << result.tag << ": DeepSpeed " << (zero0 ? "ZeRO-0" : "universal") << " checkpoint of "
-        << result.parameters << " parameters (" << result.elements << " elements)"
-        << (zero0 ? "; load it without ZeRO\n" : "; load it with \"checkpoint\": {\"load_universal\": true}\n");
+    const bool universal = args.zero_stage < 0;
+    const auto layout =
+        universal ? DeepSpeedLayout::universal() : DeepSpeedLayout::zero(args.zero_stage, args.world_size);
+    const auto result = write_deepspeed_checkpoint(args.source, args.tag, args.out_dir, layout);
+    const std::string what = universal ? "universal" : "ZeRO-" + std::to_string(args.zero_stage);
+    out << written << result.tag << ": DeepSpeed " << what << " checkpoint of " << result.parameters << " parameters (" << result.elements << " elements) in "
+        << result.files << " files; "
+        << (universal ? "load it with \"checkpoint\": {\"load_universal\": true}\n"
+                      : "load it at that stage and world size\n");
     return;
   }
   if (args.from.empty()) throw std::invalid_argument("convert: name the direction, --from deepspeed or --to deepspeed");

@@ -1,8 +1,8 @@
 // `dscpp convert --from deepspeed DS_DIR OUT [--tag T]`: a DeepSpeed checkpoint as one of ours
 // (dscpp/checkpoint/deepspeed_checkpoint.h), so a run started under DeepSpeed continues under this engine at any
-// world size and ZeRO stage. `dscpp convert --to deepspeed OUR_DIR OUT [--tag T]`: one of ours as DeepSpeed's
-// universal checkpoint, or with `--zero_stage 0` its ZeRO-0 layout (dscpp/checkpoint/deepspeed_export.h), so real
-// DeepSpeed continues it.
+// world size and ZeRO stage. `dscpp convert --to deepspeed OUR_DIR OUT [--tag T] [--zero_stage S [--world_size W]]`:
+// one of ours as DeepSpeed's universal checkpoint, or as the files DeepSpeed saves at ZeRO S on W data-parallel
+// ranks (dscpp/checkpoint/deepspeed_export.h), so real DeepSpeed continues it.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -18,7 +18,8 @@ struct ConvertArgs {
   std::string source;   // the save_dir to read (holding `latest` and the tags)
   std::string out_dir;  // the save_dir to write (the same tag, and `latest`)
   std::string tag;      // "" = the tag the source's `latest` names
-  int zero_stage = -1;  // --to deepspeed: 0 writes DeepSpeed's ZeRO-0 layout; unset, its universal checkpoint
+  int zero_stage = -1;  // --to deepspeed: DeepSpeed's files of this ZeRO stage (0-3); unset, its universal checkpoint
+  int world_size = 0;   // --to deepspeed --zero_stage: for this many data-parallel ranks; 0, the saving run's
 };
 
 CLI::App* add_convert_command(CLI::App& app, ConvertArgs& args);

@@ -25,10 +25,6 @@ std::string read_all(const std::string& path) {
   return bytes;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // Little-endian decode (the llm.c and numpy writers' byte order), independent of the host's.
 int32_t int32_at(const std::string& bytes, size_t offset) {
   uint32_t v = 0;
@@ -107,7 +103,7 @@ TokenDataset TokenDataset::from_file(const std::string& path) { return from_byte
 TokenDataset TokenDataset::from_bytes(const std::string& path, const std::string& bytes) {
   if (bytes.empty()) fail(path, "file is empty");
   if (bytes.size() >= sizeof(int32_t) && int32_at(bytes, 0) == kLlmcMagic) return read_llmc(path, bytes);
-  if (ends_with(path, ".bin")) return read_raw_uint16(path, bytes);
+  if (std::filesystem::path(path).extension() == ".bin") return read_raw_uint16(path, bytes);
   const auto n = std::to_string(bytes.size());
   return from_text(bytes, "text bytes from " + path + " (" + n + " tokens)");
 }

@@ -17,6 +17,12 @@ struct HostSlots {
 // Hosts in hostfile order; that order decides rank numbering.
 using Resources = std::vector<HostSlots>;
 
+// Slots 0 .. n-1: a host's slots when the hostfile or the command line gives only their count.
+std::vector<int> slot_range(int n);
+
+// `text` without leading and trailing whitespace (the hostfile's and `.deepspeed_env`'s lines).
+std::string trim(const std::string& text);
+
 // Parses hostfile text: one `HOST slots=N` per line (anything after N is ignored, as in DeepSpeed), blank lines and
 // `#` comment lines skipped. `source` names the file in errors. Throws std::invalid_argument naming `source:line` for
 // a duplicate host, a bad slot count or any other line, and for a file that lists no host.

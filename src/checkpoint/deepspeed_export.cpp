@@ -64,7 +64,7 @@ int64_t write_universal(const WholeRun& run, const PyRef& lr_and_betas, const fs
                             {"param_groups", py_list(groups)},
                             {"optimizer_state_dict",
                              py_dict({{"state", step_state}, {"param_groups", py_list({groups[0]})}})}}));
-  const auto states = model_states(run, whole_module(run, torch::kFloat32), py_none(), py_none(), m.world_size);
+  const auto states = model_states(run, {whole_module(run, torch::kFloat32), nullptr, nullptr, {}, m.world_size});
   save_torch_file((tag_dir / "mp_rank_00_model_states.pt").string(), *states);
   save_torch_file((tag_dir / "zero_pp_rank_0_mp_rank_00_model_states.pt").string(), *states);
   return files + 3;
@@ -81,8 +81,8 @@ int64_t write_zero0(const WholeRun& run, int world, const fs::path& tag_dir) {
     states.push_back(adam_tensor_state(run, moments));
   }
   save_torch_file((tag_dir / "mp_rank_00_model_states.pt").string(),
-                  *model_states(run, whole_module(run, torch::kFloat32), adam_state_dict(run, states), py_none(),
-                                world));
+                  *model_states(run, {whole_module(run, torch::kFloat32), adam_state_dict(run, states), nullptr, {},
+                                      world}));
   return 1;
 }
 
@@ -152,10 +152,20 @@ PyRef adam_state_dict(const WholeRun& run, const std::vector<PyRef>& states) {
   return py_dict({{"state", state}, {"param_groups", py_list({group})}});
 }
 
-PyRef model_states(const WholeRun& run, PyRef module, PyRef optimizer, PyRef frozen_fragments, int dp_world_size) {
+PyRef model_states(const WholeRun& run, const ModelStatesParts& parts) {
   const Manifest& m = *run.manifest;
+  std::vector<PyRef> shape_groups;
   std::vector<std::pair<std::string, PyRef>> shapes;
-  for (const auto& p : m.params) shapes.emplace_back(p.name, torch_size(p.shape));
+  std::vector<size_t> ends = parts.shape_groups_end;
+  if (ends.empty()) ends.push_back(m.params.size());
+  for (size_t i = 0, group = 0; i < m.params.size(); ++i) {
+    shapes.emplace_back(m.params[i].name, torch_size(m.params[i].shape));
+    if (i + 1 == ends[group]) {
+      shape_groups.push_back(py_dict(shapes));
+      shapes.clear();
+      ++group;
+    }
+  }
   std::vector<PyRef> buffer_names;
   std::vector<std::pair<std::string, PyRef>> frozen_shapes;
   for (const auto& e : m.module_state) {
@@ -167,13 +177,13 @@ PyRef model_states(const WholeRun& run, PyRef module, PyRef optimizer, PyRef fro
   }
   // DeepSpeed counts its schedule's last_batch_iteration from -1.
   std::vector<std::pair<std::string, PyRef>> states = {
-      {"module", std::move(module)},
+      {"module", parts.module},
       {"buffer_names", py_list(buffer_names)},
-      {"optimizer", std::move(optimizer)},
-      {"param_shapes", py_list({py_dict(shapes)})},
-      {"frozen_param_shapes", frozen_shapes.empty() ? py_none() : py_dict(frozen_shapes)},
+      {"optimizer", parts.optimizer ? parts.optimizer : py_none()},
+      {"param_shapes", py_list(shape_groups)},
+      {"frozen_param_shapes", parts.frozen_fragments ? py_dict(frozen_shapes) : py_none()},
       {"shared_params", py_dict({})},
-      {"frozen_param_fragments", std::move(frozen_fragments)},
+      {"frozen_param_fragments", parts.frozen_fragments ? parts.frozen_fragments : py_none()},
       {"lr_scheduler", m.scheduler.empty() ? py_none()
                                            : py_dict({{"last_batch_iteration", py_int(m.scheduler_position - 1)}})},
       {"data_sampler", py_none()},
@@ -181,7 +191,7 @@ PyRef model_states(const WholeRun& run, PyRef module, PyRef optimizer, PyRef fro
       {"skipped_steps", py_int(m.skipped_steps)},
       {"global_steps", py_int(m.global_steps)},
       {"global_samples", py_int(m.global_samples)},
-      {"dp_world_size", py_int(dp_world_size)},
+      {"dp_world_size", py_int(parts.dp_world_size)},
       {"mp_world_size", py_int(1)},
       {"ds_config", json_to_py(m.config)},
       {"ds_version", py_str(kDeepSpeedVersion)},
@@ -194,10 +204,9 @@ PyRef model_states(const WholeRun& run, PyRef module, PyRef optimizer, PyRef fro
 
 }  // namespace deepspeed_export
 
-using namespace deepspeed_export;
-
 DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, const std::string& tag_arg,
                                            const std::string& out_dir, DeepSpeedLayout layout) {
+  using namespace deepspeed_export;  // here, not at namespace scope: a unity batch would carry it into later files
   if (!layout.is_universal && (layout.zero_stage < 0 || layout.zero_stage > 3)) {
     throw std::invalid_argument("DeepSpeed's ZeRO stage " + std::to_string(layout.zero_stage) +
                                 ": the stages are 0, 1, 2 and 3");
@@ -299,8 +308,8 @@ DeepSpeedExport write_deepspeed_checkpoint(const std::string& checkpoint_dir, co
   } else if (zero0) {
     result.files = write_zero0(run, layout.world_size > 0 ? layout.world_size : m.world_size, staging);
   } else {
-    const int world = layout.world_size > 0 ? layout.world_size : m.world_size;
-    result.files = write_zero_partitions(run, layout.zero_stage, world, staging);
+    result.world_size = layout.world_size > 0 ? layout.world_size : m.world_size;
+    result.files = write_zero_partitions(run, layout.zero_stage, result.world_size, staging);
   }
   publish_staging(out_dir, tag);
   if (layout.is_universal) write_file_durably((fs::path(out_dir) / "latest_universal").string(), tag);

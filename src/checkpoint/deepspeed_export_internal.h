@@ -47,9 +47,22 @@ PyRef adam_tensor_state(const WholeRun& run, const std::vector<torch::Tensor>& m
 // saved.
 PyRef whole_module(const WholeRun& run, torch::ScalarType dtype);
 
-// The model-states dict DeepSpeed writes (engine.py's _common_checkpoint_state) around `module`, with the counters,
-// the schedule's position and the client state.
-PyRef model_states(const WholeRun& run, PyRef module, PyRef optimizer, PyRef frozen_fragments, int dp_world_size);
+// What one layout's model-states file holds besides the counters every layout writes.
+struct ModelStatesParts {
+  PyRef module;                        // the module's state_dict
+  PyRef optimizer;                     // ZeRO 0: the optimizer's state_dict; null: None (ZeRO keeps it elsewhere)
+  // From ZeRO 2 on DeepSpeed saves the frozen parameters' shapes and this rank's fragment of each ({name: tensor},
+  // possibly empty); null: neither (ZeRO 0 and 1, where the module holds them whole).
+  PyRef frozen_fragments;
+  // Where each of param_shapes' dicts ends in the trainable parameters: one per ZeRO-3 sub-group (DeepSpeed's tools
+  // pair them with the optimizer's flat groups); empty: one dict.
+  std::vector<size_t> shape_groups_end;
+  int dp_world_size = 1;
+};
+
+// The model-states dict DeepSpeed writes (engine.py's _common_checkpoint_state), with the counters, the schedule's
+// position and the client state.
+PyRef model_states(const WholeRun& run, const ModelStatesParts& parts);
 
 // DeepSpeed's files of a run at ZeRO `stage` (1-3) on `world` data-parallel ranks, written into `tag_dir`: at 1 and 2
 // the model states and each rank's partition of the one param group's flat fp32 buffer and moments, at 3 each

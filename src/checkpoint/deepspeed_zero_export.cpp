@@ -64,8 +64,17 @@ int64_t write_zero12(const WholeRun& run, int stage, int world, const fs::path& 
   std::vector<torch::Tensor> moments;
   for (const auto& kind : m.optimizer_state) moments.push_back(flat_padded(run.state.at(kind), total));
 
+  // The frozen parameters are in the module whole; from ZeRO 2 on DeepSpeed also lists them as "fragments", whole.
+  PyRef frozen = nullptr;
+  if (stage == 2) {
+    std::vector<std::pair<std::string, PyRef>> fragments;
+    for (size_t i = 0; i < m.module_state.size(); ++i) {
+      if (m.module_state[i].frozen) fragments.emplace_back(m.module_state[i].name, py_tensor(run.module_state[i]));
+    }
+    frozen = py_dict(fragments);
+  }
   save_torch_file((tag_dir / "mp_rank_00_model_states.pt").string(),
-                  *model_states(run, whole_module(run, run.compute_dtype), py_none(), py_none(), world));
+                  *model_states(run, {whole_module(run, run.compute_dtype), nullptr, frozen, {}, world}));
   for (int r = 0; r < world; ++r) {
     const int64_t begin = r * part, end = begin + part;
     const int64_t padding = std::clamp<int64_t>(end - numel, 0, part);
@@ -100,12 +109,14 @@ int64_t write_zero12(const WholeRun& run, int stage, int world, const fs::path& 
   return 1 + world;
 }
 
-// Rank r's piece of one parameter at ZeRO 3: the flattened values padded to a multiple of `world`, its r-th part.
+// Rank r's piece of one parameter at ZeRO 3: the flattened values padded with zeros to a multiple of `world`, its
+// r-th part (only the trailing ranks' pieces hold padding).
 torch::Tensor piece(const torch::Tensor& value, int world, int rank) {
-  const int64_t size = ceil_div(value.numel(), world);
-  auto padded = torch::zeros({size * world}, value.scalar_type());
-  padded.slice(0, 0, value.numel()).copy_(value.reshape(-1));
-  return padded.slice(0, rank * size, (rank + 1) * size).clone();
+  const int64_t numel = value.numel(), size = ceil_div(numel, world);
+  const int64_t begin = std::min(rank * size, numel), end = std::min(begin + size, numel);
+  auto out = torch::zeros({size}, value.scalar_type());
+  out.slice(0, 0, end - begin).copy_(value.reshape(-1).slice(0, begin, end));
+  return out;
 }
 
 int64_t write_zero3(const WholeRun& run, int world, const fs::path& tag_dir) {
@@ -137,8 +148,7 @@ int64_t write_zero3(const WholeRun& run, int world, const fs::path& tag_dir) {
       }
     }
     save_torch_file((tag_dir / rank_model_file(r)).string(),
-                    *model_states(run, py_dict(module), py_none(), frozen.empty() ? py_none() : py_dict(frozen),
-                                  world));
+                    *model_states(run, {py_dict(module), nullptr, py_dict(frozen), group_end, world}));
 
     std::vector<PyRef> flat_groups, states;
     size_t first = 0;

@@ -290,6 +290,27 @@ def test_deepspeed_continues_our_run_from_its_own_zero_files(stage, world, model
     assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
 
 
+@pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3_long"])
+def test_deepspeeds_zero_to_fp32_reads_its_own_zero_files_as_our_weights(stage, our_run, tmp_path):
+    """DeepSpeed's own tool reads the files as DeepSpeed's: zero_to_fp32 on our ZeRO 2 / 3 files for 3 ranks (uneven
+    partitions, padding on the last) assembles exactly the state dict `dscpp consolidate` writes — every trainable
+    parameter from the partitions and param_shapes, the frozen one from its fragments, the buffers from the module."""
+    model = ("--model", "batchnorm", "--eval", "--freeze", "fc1.bias")
+    ckpt, _ = our_run(stage, model=model)
+    written = to_deepspeed(ckpt, tmp_path / "deepspeed", "--zero_stage", str(stage), "--world_size", "3")
+    out = tmp_path / "zero_to_fp32.pt"
+    subprocess.run([sys.executable, "-c", "import sys, torch\n"
+                    "from deepspeed.utils.zero_to_fp32 import get_fp32_state_dict_from_zero_checkpoint as whole\n"
+                    "torch.save(dict(whole(sys.argv[1])), sys.argv[2])", str(written), str(out)],
+                   check=True, capture_output=True, cwd=HERE, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+    theirs = torch.load(out, weights_only=True)
+    subprocess.run([DSCPP, "consolidate", str(ckpt), str(tmp_path / "weights")], check=True, capture_output=True)
+    ours = load_file(str(tmp_path / "weights" / "model.safetensors"))
+    assert sorted(theirs) == sorted(ours)
+    for name, value in ours.items():
+        assert torch.equal(theirs[name], value), name
+
+
 def test_deepspeed_continues_our_bf16_run_from_its_zero2_files_long(our_run, tmp_path):
     """A bf16 run's ZeRO-2 files: bf16_-prefixed optimizer files (the name DeepSpeed's bf16 load asks for), the module
     in bf16 (the rounding of the masters DeepSpeed starts from); its continuation follows ours within a few bf16 steps

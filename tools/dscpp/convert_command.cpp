@@ -38,10 +38,16 @@ void run_convert(const ConvertArgs& args, std::ostream& out) {
         universal ? DeepSpeedLayout::universal() : DeepSpeedLayout::zero(args.zero_stage, args.world_size);
     const auto result = write_deepspeed_checkpoint(args.source, args.tag, args.out_dir, layout);
     const std::string what = universal ? "universal" : "ZeRO-" + std::to_string(args.zero_stage);
-    out << written << result.tag << ": DeepSpeed " << what << " checkpoint of " << result.parameters << " parameters (" << result.elements << " elements) in "
-        << result.files << " files; "
-        << (universal ? "load it with \"checkpoint\": {\"load_universal\": true}\n"
-                      : "load it at that stage and world size\n");
+    out << written << result.tag << ": DeepSpeed " << what << " checkpoint of " << result.parameters
+        << " parameters (" << result.elements << " elements) in " << result.files << " files; ";
+    if (universal) {
+      out << "load it with \"checkpoint\": {\"load_universal\": true}\n";
+    } else if (args.zero_stage == 0) {
+      out << "load it without ZeRO\n";
+    } else {
+      out << "load it at ZeRO " << args.zero_stage << " on " << result.world_size
+          << " data-parallel ranks (docs/checkpoints.md: the config settings it assumes)\n";
+    }
     return;
   }
   if (args.from.empty()) throw std::invalid_argument("convert: name the direction, --from deepspeed or --to deepspeed");

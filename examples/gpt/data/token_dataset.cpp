@@ -103,7 +103,7 @@ TokenDataset TokenDataset::from_file(const std::string& path) { return from_byte
 TokenDataset TokenDataset::from_bytes(const std::string& path, const std::string& bytes) {
   if (bytes.empty()) fail(path, "file is empty");
   if (bytes.size() >= sizeof(int32_t) && int32_at(bytes, 0) == kLlmcMagic) return read_llmc(path, bytes);
-  if (std::filesystem::path(path).extension() == ".bin") return read_raw_uint16(path, bytes);
+  if (path.size() >= 4 && path.compare(path.size() - 4, 4, ".bin") == 0) return read_raw_uint16(path, bytes);
   const auto n = std::to_string(bytes.size());
   return from_text(bytes, "text bytes from " + path + " (" + n + " tokens)");
 }

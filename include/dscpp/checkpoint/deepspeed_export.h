@@ -31,6 +31,7 @@ struct DeepSpeedExport {
   int64_t parameters = 0;    // trainable parameters written
   int64_t elements = 0;      // their elements
   int64_t files = 0;         // .pt files written
+  int world_size = 0;        // the data-parallel world size DeepSpeed's ZeRO files are cut for
 };
 
 // Reads `checkpoint_dir`'s tag `tag` ("" = latest) and writes `out_dir`/<tag>/ in `layout`, plus `latest` (and, for

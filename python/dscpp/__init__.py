@@ -29,6 +29,7 @@ from .initialize import initialize
 # dscpp.comm.get_rank, dscpp.moe.layer.MoE, dscpp.runtime.lr_schedules.WarmupLR, ... without importing each
 from . import accelerator, checkpoint, checkpointing, comm, inference, module_inject  # noqa: F401
 from . import moe, ops, runtime, utils, zero  # noqa: F401
+from .utils import OnDevice  # noqa: E402  (deepspeed.OnDevice)
 
 __version__ = "0.1.0"
 
@@ -38,6 +39,7 @@ __all__ = [
     "init_distributed",
     "add_config_arguments",
     "DeepSpeedEngine",
+    "OnDevice",
     "ConfigError",
     "CheckpointError",
     "CommError",

@@ -3,10 +3,14 @@ whole as the reference, then sliced over tensor_parallel.tp_size = the world; ra
 difference of the logits, whether greedy and seeded-sampling generate (batched prompts of unequal length, left
 padded) gave the reference's tokens, and how many parameter elements each rank holds against the whole model.
 
-    python3 auto_tp.py MODEL OUT [TP]      (torchrun's environment; MODEL llama | gpt2 | custom; TP: the world)
-custom is a model whose row-parallel layer AutoTP cannot find by name; it is named by injection_policy."""
+    python3 auto_tp.py MODEL OUT [TP [checkpoint]]  (torchrun's environment; MODEL llama | gpt2 | custom; TP: the world)
+custom is a model whose row-parallel layer AutoTP cannot find by name; it is named by injection_policy. With
+`checkpoint`, the sliced model is built on the meta device (dscpp.OnDevice) and its weights come from init_inference's
+`checkpoint`: the reference's state dict saved in two shards (a torch file and a safetensors file, the tied head
+left out as Hugging Face's save_pretrained leaves it) and DeepSpeed's description of them."""
 import copy
 import json
+import os
 import sys
 
 import torch
@@ -61,7 +65,20 @@ def logits_of(model, ids):
     return out if isinstance(out, torch.Tensor) else out.logits
 
 
-def main(kind, out, tp=None):
+def save_shards(model, directory, tied_head):
+    """The model's state dict in two shard files under `directory` (without lm_head.weight when it is the embedding's,
+    as save_pretrained writes it), and DeepSpeed's description of them."""
+    from safetensors.torch import save_file
+    os.makedirs(directory, exist_ok=True)
+    state = {k: v.clone() for k, v in model.state_dict().items() if not (tied_head and k == "lm_head.weight")}
+    names = sorted(state)
+    torch.save({k: state[k] for k in names[:len(names) // 2]}, os.path.join(directory, "part-1.bin"))
+    save_file({k: state[k].contiguous() for k in names[len(names) // 2:]}, os.path.join(directory, "part-2.safetensors"))
+    return {"type": "ds_model", "checkpoints": ["part-1.bin", "part-2.safetensors"], "version": 1.0}
+
+
+
+def main(kind, out, tp=None, checkpoint=None):
     dscpp.init_distributed(dist_backend="gloo")
     tp = int(tp) if tp else dist.get_world_size()
     model, extra = make(kind)
@@ -69,6 +86,14 @@ def main(kind, out, tp=None):
     whole = copy.deepcopy(model)
     torch.manual_seed(1)
     ids = torch.randint(1, VOCAB, (3, 7))
+    if checkpoint:
+        directory = os.path.join(os.path.dirname(out), f"shards_rank{dist.get_rank()}")
+        extra["checkpoint"] = save_shards(whole, directory, tied_head=kind == "gpt2")
+        extra["base_dir"] = directory
+        with dscpp.OnDevice(dtype=torch.float32, device="meta"):
+            model, _ = make(kind)
+        assert all(p.is_meta for p in model.parameters())
+        model.eval()
     engine = dscpp.init_inference(model, dtype=torch.float32, tensor_parallel={"tp_size": tp}, **extra)
     with torch.no_grad():
         difference = (logits_of(engine, ids) - logits_of(whole, ids)).abs().max().item()

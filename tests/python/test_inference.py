@@ -24,6 +24,57 @@ def test_tensor_parallel_model_gives_the_whole_ones_logits_and_tokens(kind, worl
         assert result["greedy"] and result["sampled"], result
 
 
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_a_meta_model_takes_its_weights_from_the_checkpoint_description(kind, tmp_path):
+    """init_inference's checkpoint (DeepSpeed's {"type": "ds_model", "checkpoints": [...]}, under base_dir) fills a
+    model built on the meta device from a torch file and a safetensors file, GPT-2's tied head re-tied to its
+    embedding; sliced over 2 ranks it gives the whole model's logits and tokens."""
+    out = tmp_path / "result.json"
+    run_ranks(2, ["auto_tp.py", kind, str(out), "2", "checkpoint"])
+    result = json.loads(out.read_text())
+    assert result["tp"] == 2 and result["logits"] < 1e-5, result
+    assert result["greedy"] and result["sampled"], result
+
+
+def _tiny_shards(tmp_path, state, description=None):
+    torch.save(state, tmp_path / "w.bin")
+    return description or {"type": "ds_model", "checkpoints": ["w.bin"], "version": 1.0}
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda s: s.pop("1.bias"), r"no checkpoint shard holds 1 of the model's tensors .*'1.bias'"),
+    (lambda s: s.update(extra=torch.zeros(1)), r"holds 1 tensor\(s\) the model does not have: \['extra'\]"),
+])
+def test_a_checkpoint_that_does_not_fit_the_model_is_named(change, message, tmp_path):
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    change(state)
+    with pytest.raises(ValueError, match=message):
+        dscpp.init_inference(model, dtype=torch.float32, checkpoint=_tiny_shards(tmp_path, state),
+                             base_dir=str(tmp_path))
+
+
+@pytest.mark.parametrize("description,message", [
+    ({"type": "Megatron", "checkpoints": ["w.bin"], "version": 1.0}, r"checkpoint type 'Megatron' is not supported"),
+    ({"type": "ds_model", "checkpoints": ["w.bin"]}, r"has no 'version'"),
+    ({"type": "ds_model", "checkpoints": ["gone.bin"], "version": 1.0}, r"gone.bin does not exist"),
+    ({"type": "ds_model", "checkpoints": [], "version": 1.0}, r"must be a non-empty list"),
+])
+def test_a_bad_checkpoint_description_is_named(description, message, tmp_path):
+    model = torch.nn.Linear(4, 4)
+    with pytest.raises(ValueError, match=message):
+        dscpp.init_inference(model, dtype=torch.float32, base_dir=str(tmp_path),
+                             checkpoint=_tiny_shards(tmp_path, model.state_dict(), description))
+
+
+def test_a_shard_that_pickles_an_object_is_refused_unrun(tmp_path):
+    model = torch.nn.Linear(4, 4)
+    torch.save({"weight": model.weight.detach(), "bias": model.bias.detach(), "note": _Size3()}, tmp_path / "w.bin")
+    with pytest.raises(ValueError, match=r"w.bin holds a pickled object"):
+        dscpp.init_inference(model, dtype=torch.float32, base_dir=str(tmp_path),
+                             checkpoint={"type": "ds_model", "checkpoints": ["w.bin"], "version": 1.0})
+
+
 def _llama(heads=4, kv_heads=2, intermediate=64):
     transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
@@ -75,7 +126,8 @@ def test_injection_policy_must_name_the_blocks_linears():
     (dict(replace_with_kernel_inject=True), "replace_with_kernel_inject=True is not supported: it swaps"),
     (dict(kernel_inject=True), "replace_with_kernel_inject=True is not supported"),
     (dict(enable_cuda_graph=True), "enable_cuda_graph=True is not supported"),
-    (dict(checkpoint="ckpt.json"), "checkpoint='ckpt.json' is not supported: load the weights"),
+    (dict(checkpoint="ckpt.json"), "checkpoint 'ckpt.json': cannot read it"),
+    (dict(checkpoint_config={"tp_size": 2}), "checkpoint_config=.* is not supported: it configures the injected"),
     (dict(dtype=torch.int8), "dtype torch.int8 is not supported"),
     (dict(dtype="fp8"), "dtype 'fp8' is not supported"),
     (dict(tensor_parallel={"tp_size": 0}), "tensor_parallel.tp_size must be a positive integer, not 0"),

@@ -21,11 +21,9 @@ _AT_DEFAULT = {
     "training_mp_size": (1, "it reshards a Megatron checkpoint for the injected kernels"),
     "replace_method": ("auto", "it is the injected kernels' policy lookup"),
     "transposed_mode": (False, "it configures the injected kernels"),
-    "set_empty_params": (False, "it is the checkpoint loader's (checkpoint is not supported)"),
+    "set_empty_params": (False, "it empties the injected kernels' parameters before their checkpoint load"),
     "save_mp_checkpoint_path": (None, "saving a tensor-parallel checkpoint is not supported"),
-    "base_dir": ("", "it is the checkpoint loader's (checkpoint is not supported)"),
-    "checkpoint": (None, "load the weights into the model (load_state_dict, from_pretrained) before init_inference"),
-    "checkpoint_config": ({}, "it is the checkpoint loader's (checkpoint is not supported)"),
+    "checkpoint_config": ({}, "it configures the injected kernels' checkpoint loader"),
     "zero": ({}, "ZeRO-Inference is dscpp.initialize with zero_optimization stage 3 (and offload_param)"),
     "moe": ({}, "expert-parallel inference is not supported"),  # False (DeepSpeed's "no MoE") is taken as {}
     "quant": ({}, "weight and activation quantization at inference is not supported"),
@@ -43,7 +41,8 @@ _TP_KEYS = {"enabled", "tp_size", "tp_group", "mpu", "tp_grain_size"}
 
 class InferenceConfig:
     """The settled config: dtype (a torch dtype), tp_size, tp_group (a torch.distributed group or None), mpu,
-    injection_policy ({block class: names} or None), max_out_tokens, keep_module_on_host."""
+    injection_policy ({block class: names} or None), max_out_tokens, keep_module_on_host, checkpoint (None, a dict
+    or a JSON file's path: dscpp/inference/checkpoint.py) and base_dir."""
 
     def __init__(self, merged):
         d = {_ALIASES.get(k, k): v for k, v in merged.items()}
@@ -51,7 +50,8 @@ class InferenceConfig:
             d["moe"] = {}
         known = set(_AT_DEFAULT) | {"dtype", "tensor_parallel", "mp_size", "mpu", "replace_with_kernel_inject",
                                     "injection_policy", "injection_policy_tuple", "max_out_tokens",
-                                    "keep_module_on_host", "ep_group", "ep_mp_group", "moe_type"}
+                                    "keep_module_on_host", "ep_group", "ep_mp_group", "moe_type", "checkpoint",
+                                    "base_dir"}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"init_inference: unknown config key(s) {unknown}; the keys are DeepSpeed's inference "
@@ -68,6 +68,10 @@ class InferenceConfig:
                              "leave it False — tensor_parallel.tp_size then slices the model's own layers (AutoTP)")
         self.dtype = _dtype(d.get("dtype", torch.float16))
         self.keep_module_on_host = bool(d.get("keep_module_on_host", False))
+        self.checkpoint = d.get("checkpoint")
+        self.base_dir = d.get("base_dir", "") or ""
+        if not isinstance(self.base_dir, str):
+            raise ValueError(f"init_inference: base_dir must be a directory's path, not {self.base_dir!r}")
         self.max_out_tokens = _positive_int("max_out_tokens", d.get("max_out_tokens", 1024))
         self.injection_policy = d.get("injection_policy") or d.get("injection_policy_tuple")
         if self.injection_policy is not None and not isinstance(self.injection_policy, dict):

@@ -14,6 +14,7 @@ import torch.distributed as dist
 from .. import _C
 from ..comm import engine_comm_arguments, init_distributed
 from ..module_inject import auto_tp
+from . import checkpoint
 
 
 class InferenceEngine(torch.nn.Module):
@@ -22,6 +23,8 @@ class InferenceEngine(torch.nn.Module):
         self.module = model
         self._config = config
         self.mp_world_size = config.tp_size
+        if config.checkpoint is not None:  # whole, then cast and sliced as a model that came with its weights
+            checkpoint.load(model, config.checkpoint, config.base_dir)
         if config.dtype is not None:
             model.to(config.dtype)
         self.mp_group = None

@@ -1,9 +1,10 @@
-"""dscpp.utils: DeepSpeed's helpers for ZeRO-3 units, its logger and RepeatingLoader."""
+"""dscpp.utils: DeepSpeed's helpers for ZeRO-3 units, its logger, RepeatingLoader and OnDevice."""
 import logging
 
 import torch
 
 from ..runtime.dataloader import RepeatingLoader  # noqa: F401  (deepspeed.utils.RepeatingLoader)
+from .init_on_device import OnDevice  # noqa: F401  (deepspeed.utils.OnDevice, deepspeed.OnDevice)
 
 # deepspeed.utils.logger: scripts and libraries (Accelerate) log through it and set its level.
 logger = logging.getLogger("dscpp")

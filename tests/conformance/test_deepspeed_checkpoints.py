@@ -290,10 +290,11 @@ def test_deepspeed_continues_our_run_from_its_own_zero_files(stage, world, model
     assert_same_steps(ours[SAVE_AT:], theirs, STEPS - SAVE_AT)
 
 
-@pytest.mark.parametrize("stage", [2, 3], ids=["zero2", "zero3_long"])
+@pytest.mark.parametrize("stage", [2, 3], ids=["zero2_long", "zero3"])
 def test_deepspeeds_zero_to_fp32_reads_its_own_zero_files_as_our_weights(stage, our_run, tmp_path):
     """DeepSpeed's own tool reads the files as DeepSpeed's: zero_to_fp32 on our ZeRO 2 / 3 files for 3 ranks (uneven
-    partitions, padding on the last) assembles exactly the state dict `dscpp consolidate` writes — every trainable
+    partitions, padding on the last; the ZeRO-3 run is the one test_deepspeed_continues_our_run_from_its_own_zero_files
+    converts too) assembles exactly the state dict `dscpp consolidate` writes — every trainable
     parameter from the partitions and param_shapes, the frozen one from its fragments, the buffers from the module."""
     model = ("--model", "batchnorm", "--eval", "--freeze", "fc1.bias")
     ckpt, _ = our_run(stage, model=model)

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "expect_error.h"
+#include "temp_hostfile.h"
 #include "../common/subprocess.h"
 #include <unistd.h>
 
@@ -16,12 +17,6 @@ namespace dscpp::launcher {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string write_hostfile(const std::string& name, const std::string& text) {
-  static const fs::path dir = dscpp::testing::temp_dir("launcher_plan");
-  std::ofstream(dir / name) << text;
-  return (dir / name).string();
-}
 
 LaunchOptions base() {
   LaunchOptions options;

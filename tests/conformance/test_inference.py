@@ -30,4 +30,3 @@ def test_a_meta_llama_loaded_from_a_checkpoint_description_gives_deepspeeds_logi
     theirs = record("deepspeed", "--checkpoint", str(tmp_path / "theirs"))
     assert ours["tokens"] == theirs["tokens"]
     assert ours["logits"] == pytest.approx(theirs["logits"], abs=1e-5)
-    assert ours["logits"] == pytest.approx(record("dscpp")["logits"], abs=1e-6)  # the weights the seed made

@@ -469,6 +469,9 @@ class DeepSpeedEngine:
         or by gpt-train. Returns (path, client_state); (None, None) when load_dir has no `latest` and no tag was
         given, as DeepSpeed does.
 
+        An engine built without an optimizer (forward only) loads the checkpoint's weights — trained ones too — and
+        counters; there is no optimizer state to load.
+
         load_optimizer_states=False keeps this engine's optimizer state; load_lr_scheduler_states=False keeps its
         schedule position (a new engine's schedule starts over) and its client scheduler; load_module_only=True loads
         the weights alone (counters, optimizer, schedule, loss scaler stay); load_module_strict=False lets the model
@@ -489,7 +492,8 @@ class DeepSpeedEngine:
         client_state = json.loads(client_state)
         if isinstance(client_state, dict) and _CLIENT_GROUPS_KEY in client_state:
             saved_groups = client_state.pop(_CLIENT_GROUPS_KEY)
-            if (not isinstance(self.optimizer, OptimizerView) and load_optimizer_states and not load_module_only and
+            if (self.optimizer is not None and not isinstance(self.optimizer, OptimizerView) and
+                    load_optimizer_states and not load_module_only and
                     len(saved_groups) == len(self.optimizer.param_groups)):
                 for group, settings in zip(self.optimizer.param_groups, saved_groups):
                     for key, value in settings.items():

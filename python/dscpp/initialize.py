@@ -226,9 +226,9 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     if optimizer is None:
         if "optimizer" not in settings:
             # No optimizer anywhere: DeepSpeed's engine then runs forward only (TRL's reference model, an evaluation
-            # copy). The C++ engine is built forward only (InitOptions.forward_only: at ZeRO-3 no gradient or master
-            # buffers) and gets a stateless SGD at lr 0 that never steps (at stages 0-2 its gradient buffers are
-            # still allocated); backward and step are refused.
+            # copy). The C++ engine is built forward only (InitOptions.forward_only: every parameter held frozen, no
+            # gradient, master or optimizer buffers) with a stateless SGD at lr 0 that never steps; backward and step
+            # are refused.
             if settings.get("scheduler"):
                 raise ValueError("dscpp.initialize: the config has a \"scheduler\" section but there is no optimizer "
                                  "for it to schedule (no optimizer= and no \"optimizer\" section)")
@@ -250,8 +250,8 @@ def initialize(args=None, model=None, optimizer=None, model_parameters=None, tra
     options.comm = _C.comm_over(**engine_comm_arguments(group=data_group))
     options.param_groups = [([names[id(p)] for p in params], decay, lr) for params, decay, lr in groups]
     options.untrained_params = {names[id(p)] for p in untrained}
-    # Without an optimizer, ZeRO-3 holds every parameter as a frozen one: its shard of the weights and nothing for
-    # training (ZeRO-Inference, a reference model); the other stages keep the stand-in's buffers (see above).
+    # Without an optimizer, every parameter is held as a frozen one and nothing for training is allocated: ZeRO-3
+    # keeps a rank's shard of the weights (ZeRO-Inference), stages 0-2 the whole weights (a reference model).
     options.forward_only = forward_only
     compression, options.compression_applied = _compression_schedule(model, settings)
     # The config's sparse_attention describes the model's attention: it must hold DeepSpeed's sparse attention.

@@ -152,6 +152,12 @@ SplitModel split_model(const ModelTensors& model, const std::set<std::string>& u
   return split;
 }
 
+std::vector<torch::Tensor> parameter_tensors(const ModelTensors& model) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : model.params) out.push_back(p.tensor);
+  return out;
+}
+
 // Where training runs: the parameters' device. As DeepSpeed does, a rank training on a GPU makes the GPU its
 // LOCAL_RANK names current (so streams, the caching allocator and NCCL use it); a model on another GPU is an error,
 // not a run whose every collective crosses devices. A CPU run never touches CUDA. `joined`: the program gave the
@@ -254,7 +260,7 @@ StageContext stage_context(const Config& config, std::shared_ptr<Comm> comm) {
 std::unique_ptr<ZeroStage> make_stage(const Config& config, StageContext context, const ParallelLayout& layout,
                                       SplitModel& split, ModelTensors& model,
                                       std::vector<PrepartitionedUnit> prepartitioned, torch::ScalarType dtype,
-                                      std::unique_ptr<FlatParams>& flat) {
+                                      torch::Device device, bool forward_only, std::unique_ptr<FlatParams>& flat) {
   if (config.zero.stage == 3) {
     PartitionedModel partitioned{split.params,        split.names,  std::move(model.units), std::move(prepartitioned),
                                  split.frozen, split.frozen_names};
@@ -262,7 +268,11 @@ std::unique_ptr<ZeroStage> make_stage(const Config& config, StageContext context
   }
   // Communication groups are reduce_bucket_size elements: each is reduced (and, sharded, all-gathered) as one.
   const int ep = layout.expert_parallel();
-  flat = std::make_unique<FlatParams>(split.params, split.names, layout.data().world_size(), dtype,
+  if (split.params.empty() && !forward_only) {
+    throw std::invalid_argument("dscpp::initialize: the model has no trainable parameters (every one has "
+                                "requires_grad false); to run it forward only, initialize without an optimizer");
+  }
+  flat = std::make_unique<FlatParams>(split.params, split.names, layout.data().world_size(), dtype, device,
                                       config.zero.reduce_bucket_size, layout.expert_flags(split.names), ep);
   context.expert_comm = layout.expert_data_group();
   // Experts differ between expert-parallel ranks: each comes from the first rank that holds it.
@@ -420,9 +430,10 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
                              std::vector<PrepartitionedUnit> prepartitioned, EngineModel held,
                              ParallelLayout::Groups groups, ParallelLayout::Names names, int model_expert_parallel) {
   EngineParts parts;
-  // Only ZeRO-3 holds parameters apart from training (frozen ones); there every parameter becomes one, so none is
-  // left wanting a gradient the optimizer does not use. Sliced or expert parameters keep the training layout, which
-  // knows where each sits (frozen ones are held as plain weights).
+  // Forward only (InitOptions::forward_only), every parameter is held as a frozen one, so none is left wanting a
+  // gradient the optimizer does not use: ZeRO-3 partitions them, stages 0-2 keep them whole on every rank (rank 0's
+  // values), and nothing for training is allocated (no fp32 master, gradient buffer or optimizer state). Sliced or
+  // expert parameters keep the training layout, which knows where each sits (frozen ones are held as plain weights).
   if (config.compression.any_enabled() && !options.compression_applied) {
     throw ConfigError("compression_training: switched on, but this program does not apply it (DeepSpeed Compression "
                       "acts on the model's modules: from Python, dscpp.compression.init_compression before "
@@ -434,7 +445,7 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
                       "SparseSelfAttention; gpt-train --sparse_attention); remove the section");
   }
   const bool placed = !names.sliced.empty() || !names.slices.empty() || !names.experts.empty();
-  if (options.forward_only && (config.zero.stage != 3 || placed)) options.forward_only = false;
+  if (options.forward_only && placed) options.forward_only = false;
   if (options.forward_only) options.untrained_params.clear();
   held.forward_only = options.forward_only;
   for (const auto& name : options.untrained_params) {
@@ -468,7 +479,10 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   cast_floating(model, held.dtype);
   SplitModel split =
       split_model(model, options.untrained_params, config.zero.stage == 3, !options.forward_only, held);
-  held.device = training_device(split.params.empty() ? split.frozen : split.params, groups.data != nullptr);
+  held.device = training_device(!split.params.empty()   ? split.params
+                                : !split.frozen.empty() ? split.frozen
+                                                        : parameter_tensors(model),
+                                groups.data != nullptr);
 
   // The data-parallel group: the backend follows the data (NCCL for CUDA parameters, Gloo for CPU ones and ranks
   // sharing a GPU). The log speaks for the run's first rank.
@@ -490,7 +504,7 @@ EngineParts assemble_tensors(ModelTensors model, Config config, InitOptions opti
   const int rank = layout.data().rank();
 
   parts.stage = make_stage(config, stage_context(config, layout.data_group()), layout, split, model,
-                           std::move(prepartitioned), held.dtype, parts.flat);
+                           std::move(prepartitioned), held.dtype, held.device, held.forward_only, parts.flat);
   broadcast_rest(split.rest, layout.data());
 
   // The optimizer's kernels: one fused pass over p, g, m and v instead of the torch arithmetic's eight passes over

@@ -50,9 +50,9 @@ void check_same_model(const Manifest& m, const std::vector<ParamEntry>& params, 
   for (const auto& p : params) ours.emplace(p.name, &p);
   if (params.empty() && !m.params.empty()) {
     throw CheckpointError(source + ": it holds " + std::to_string(m.params.size()) + " trained parameters ('" +
-                          m.params.front().name + "', ...), and this engine trains none: it was built forward only "
-                          "(initialized without an optimizer, so ZeRO-3 holds every parameter frozen); load it into "
-                          "an engine with an optimizer, or put its weights into the model before initialize");
+                          m.params.front().name + "', ...), and this engine trains none (every parameter of the "
+                          "model has requires_grad false); load it into an engine that trains them, or one built "
+                          "without an optimizer (forward only)");
   }
   for (const auto& p : m.params) {
     auto it = ours.find(p.name);
@@ -365,7 +365,9 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   // Read everything this rank's partition needs into copies, so a failure leaves the engine as it was. Elements no
   // parameter covers (group padding) keep this engine's values.
   const auto kinds = s_.optimizer.state_kinds();
-  const bool optimizer_states = options.load_optimizer_states && !options.load_module_only;
+  // Forward only, there is no optimizer state to load into, whatever the options ask (DeepSpeed's engine without an
+  // optimizer has none either).
+  const bool optimizer_states = options.load_optimizer_states && !options.load_module_only && !s_.forward_only;
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
   std::vector<torch::Tensor> module_values;  // per module_state entry: its saved value, or undefined (kept)
@@ -398,6 +400,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
       }
     }
     module_values = read_module_state(*checkpoint, (fs::path(loaded.path) / kManifestFile).string());
+    if (s_.forward_only) read_trained_into_frozen(*checkpoint, module_values);
   });
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
@@ -547,8 +550,53 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
   return out;
 }
 
+void Checkpointer::read_trained_into_frozen(CheckpointReader& checkpoint,
+                                            std::vector<torch::Tensor>& module_values) const {
+  std::set<std::string> trained;
+  for (const auto& p : checkpoint.manifest().params) trained.insert(p.name);
+  for (size_t i = 0; i < s_.module_state.size(); ++i) {
+    const auto& ours = s_.module_state[i];
+    if (!ours.frozen || !trained.count(ours.name)) continue;
+    const auto shape = module_shape(ours);
+    int64_t numel = 1;
+    for (const int64_t d : shape) numel *= d;
+    auto master = torch::empty({numel}, torch::kFloat32);
+    checkpoint.read_range(kMasterKind, ours.name, 0, master, slice_of(ours.name));
+    // In the compute dtype at once: a rank holds the model's weights once more, not twice as many fp32 bytes.
+    module_values[i] = master.to(ours.tensor.scalar_type()).view(shape);
+  }
+}
+
+void Checkpointer::check_forward_only_model(const Manifest& m, const std::string& source, bool strict) const {
+  std::map<std::string, const CheckpointedState::ModuleTensor*> ours;
+  for (const auto& t : s_.module_state) {
+    if (t.frozen) ours.emplace(t.name, &t);
+  }
+  for (const auto& p : m.params) {
+    const auto it = ours.find(p.name);
+    if (it == ours.end()) {
+      if (!strict) continue;
+      throw CheckpointError(source + ": written for a different model: it has parameter '" + p.name +
+                            "', this model does not");
+    }
+    if (module_shape(*it->second) != p.shape) {
+      throw CheckpointError(source + ": written for a different model: parameter '" + p.name + "' is " +
+                            shape_text(p.shape) + " there, " + shape_text(module_shape(*it->second)) + " here");
+    }
+    ours.erase(it);
+  }
+  if (!strict) return;
+  for (const auto& e : m.module_state) ours.erase(e.name);
+  if (!ours.empty()) {
+    throw CheckpointError(source + ": written for a different model: this model has parameter '" +
+                          ours.begin()->first + "', the checkpoint does not (load_module_strict = false keeps its "
+                          "value)");
+  }
+}
+
 void Checkpointer::check_compatible(const Manifest& m, const CheckpointLoadOptions& options,
                                     const std::string& source) const {
+  if (s_.forward_only) return check_forward_only_model(m, source, options.load_module_strict);
   check_same_model(m, s_.params, source, options.load_module_strict, holds_whole_model());
   if (options.load_optimizer_states && !options.load_module_only &&
       (m.optimizer != s_.optimizer.name() || m.optimizer_state != s_.optimizer.state_kinds())) {

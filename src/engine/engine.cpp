@@ -32,6 +32,7 @@ Engine::Engine(EngineParts parts)
   CheckpointedState checkpointed{config_,          layout_->data(), *stage_,  *optimizer_,
                                  optimizer_step_->offload(), *scaler_, progress_, model_.params,
                                  model_.module_state, model_.dtype, model_.device, observer_->log_sink()};
+  checkpointed.forward_only = model_.forward_only;
   layout_->describe(checkpointed);
   checkpointer_ = std::make_unique<Checkpointer>(std::move(checkpointed));
   loss_sum_ = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(model_.device));
@@ -266,6 +267,12 @@ void Engine::write_frozen(const std::string& name, const torch::Tensor& value) {
 ModelStateMemory Engine::memory() const {
   ModelStateMemory m;
   m.stage = stage_->memory();
+  // Frozen parameters the stage does not partition (all but ZeRO-3's floating ones) are whole on every rank.
+  for (const auto& t : model_.module_state) {
+    if (!t.frozen || stage_->partitions_frozen(t.tensor)) continue;
+    m.stage.params16 += t.tensor.nbytes();
+    m.stage.frozen += t.tensor.nbytes();
+  }
   for (auto& [name, tensor] : optimizer_->state_tensors()) m.optimizer_state += tensor.nbytes();
   for (auto& [name, tensor] : optimizer_->rank_state()) m.optimizer_state += tensor.nbytes();
   for (auto& [name, tensor] : optimizer_->replicated_state()) m.optimizer_state += tensor.nbytes();

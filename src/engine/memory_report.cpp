@@ -13,7 +13,7 @@ std::string describe(const ModelStateMemory& m) {
          (m.stage.persistent > 0 ? "; persistent params " + b(m.stage.persistent) : std::string()) +
          (m.stage.gathered_peak > 0 ? "; gathered peak " + b(m.stage.gathered_peak) : std::string()) +
          (m.stage.secondary > 0 ? "; hpZ secondary shards " + b(m.stage.secondary) : std::string()) +
-         (m.stage.frozen > 0 ? "; frozen params' shards " + b(m.stage.frozen) + " (in params)" : std::string());
+         (m.stage.frozen > 0 ? "; frozen params " + b(m.stage.frozen) + " (in params)" : std::string());
 }
 
 nlohmann::json to_json(const ModelStateMemory& m) {

@@ -23,18 +23,17 @@ std::vector<FlatLayout::Param> describe(const std::vector<torch::Tensor>& params
 }  // namespace
 
 FlatParams::FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-                       torch::ScalarType dtype, int64_t group_numel, const std::vector<bool>& expert,
+                       torch::ScalarType dtype, torch::Device device, int64_t group_numel,
+                       const std::vector<bool>& expert,
                        int expert_parallel)
     : layout_(describe(params, names, expert), world_size, group_numel, expert_parallel), params_(std::move(params)) {
-  if (params_.empty()) throw std::invalid_argument("FlatParams: the model has no trainable parameters");
-  const auto device = params_.front().device();
   params_flat_ = torch::zeros({layout_.padded_numel()}, torch::TensorOptions().dtype(dtype).device(device));
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
     auto& p = params_[i];
     if (p.device() != device) {
       throw std::invalid_argument("FlatParams: parameter '" + names[i] + "' is on " + p.device().str() +
-                                  " but the first parameter is on " + device.str());
+                                  " but the engine trains on " + device.str());
     }
     auto view = slot_view(params_flat_, i);
     view.copy_(p.detach());

@@ -7,7 +7,9 @@ padded) gave the reference's tokens, and how many parameter elements each rank h
 custom is a model whose row-parallel layer AutoTP cannot find by name; it is named by injection_policy. With
 `checkpoint`, the sliced model is built on the meta device (dscpp.OnDevice) and its weights come from init_inference's
 `checkpoint`: the reference's state dict saved in two shards (a torch file and a safetensors file, the tied head
-left out as Hugging Face's save_pretrained leaves it) and DeepSpeed's description of them."""
+left out as Hugging Face's save_pretrained leaves it) and DeepSpeed's description of them; rank 0 also writes the most
+bytes CPU tensors held at once during init_inference (counted by the engine's allocator count, beyond what was held
+before) against the whole model's bytes."""
 import copy
 import json
 import os
@@ -94,7 +96,13 @@ def main(kind, out, tp=None, checkpoint=None):
             model, _ = make(kind)
         assert all(p.is_meta for p in model.parameters())
         model.eval()
+    if checkpoint:
+        dscpp._C.memory.install()
+        dscpp._C.memory.reset_peak()
+        held_before = dscpp._C.memory.allocated()
     engine = dscpp.init_inference(model, dtype=torch.float32, tensor_parallel={"tp_size": tp}, **extra)
+    if checkpoint:
+        load_peak = dscpp._C.memory.peak() - held_before
     with torch.no_grad():
         difference = (logits_of(engine, ids) - logits_of(whole, ids)).abs().max().item()
     result = {"logits": difference, "elements": sum(p.numel() for p in engine.parameters()),
@@ -115,6 +123,10 @@ def main(kind, out, tp=None, checkpoint=None):
             result[name] = tokens[0] == tokens[1]
             result[name + "_tokens"] = tokens[0]
     result["tp"] = engine.mp_world_size
+    if checkpoint:
+        unique = {t.data_ptr(): t for t in whole.state_dict().values()}.values()  # a tied weight once
+        result["load_peak_bytes"] = load_peak
+        result["whole_bytes"] = sum(t.numel() * t.element_size() for t in unique)
     if dist.get_rank() == 0:
         with open(out, "w") as f:
             json.dump(result, f)

@@ -28,12 +28,15 @@ def test_tensor_parallel_model_gives_the_whole_ones_logits_and_tokens(kind, worl
 def test_a_meta_model_takes_its_weights_from_the_checkpoint_description(kind, tmp_path):
     """init_inference's checkpoint (DeepSpeed's {"type": "ds_model", "checkpoints": [...]}, under base_dir) fills a
     model built on the meta device from a torch file and a safetensors file, GPT-2's tied head re-tied to its
-    embedding; sliced over 2 ranks it gives the whole model's logits and tokens."""
+    embedding; sliced over 2 ranks it gives the whole model's logits and tokens. The shards are mapped, not read into
+    the rank's memory: the most its CPU tensors held during init_inference is its share of the model, not the whole
+    (about half at tp 2, plus the layer being sliced; reading the files whole holds at least all of it)."""
     out = tmp_path / "result.json"
     run_ranks(2, ["auto_tp.py", kind, str(out), "2", "checkpoint"])
     result = json.loads(out.read_text())
     assert result["tp"] == 2 and result["logits"] < 1e-5, result
     assert result["greedy"] and result["sampled"], result
+    assert 0 < result["load_peak_bytes"] < 0.75 * result["whole_bytes"], result
 
 
 def _tiny_shards(tmp_path, state, description=None):
@@ -65,6 +68,34 @@ def test_a_bad_checkpoint_description_is_named(description, message, tmp_path):
     with pytest.raises(ValueError, match=message):
         dscpp.init_inference(model, dtype=torch.float32, base_dir=str(tmp_path),
                              checkpoint=_tiny_shards(tmp_path, model.state_dict(), description))
+
+
+def test_a_safetensors_shard_is_mapped_as_its_header_says_and_a_broken_one_is_named(tmp_path):
+    """The safetensors reader (the format's header, the file mapped privately): a bf16 weight and an fp32 bias land
+    in the model as saved, a write to the loaded (mapped) bias never reaches the file, and a file that is no safetensors
+    file, or whose header promises bytes it does not hold, is named."""
+    save_file = pytest.importorskip("safetensors.torch").save_file
+    torch.manual_seed(3)
+    saved = {"weight": torch.randn(4, 6).to(torch.bfloat16), "bias": torch.randn(4)}
+    save_file(saved, tmp_path / "w.safetensors")
+    description = {"type": "ds_model", "checkpoints": ["w.safetensors"], "version": 1.0}
+    with dscpp.OnDevice(dtype=torch.float32, device="meta"):
+        model = torch.nn.Linear(6, 4)
+    dscpp.init_inference(model, dtype=torch.float32, checkpoint=description, base_dir=str(tmp_path))
+    assert torch.equal(model.weight, saved["weight"].float()) and torch.equal(model.bias, saved["bias"])
+    with torch.no_grad():
+        model.bias.add_(1)  # a private mapping: the file keeps its values
+    again = torch.nn.Linear(6, 4)
+    dscpp.init_inference(again, dtype=torch.float32, checkpoint=description, base_dir=str(tmp_path))
+    assert torch.equal(again.bias, saved["bias"])
+
+    raw = (tmp_path / "w.safetensors").read_bytes()
+    (tmp_path / "w.safetensors").write_bytes(b"\xff" * 16)
+    with pytest.raises(ValueError, match=r"w.safetensors is not a safetensors file"):
+        dscpp.init_inference(torch.nn.Linear(6, 4), checkpoint=description, base_dir=str(tmp_path))
+    (tmp_path / "w.safetensors").write_bytes(raw[:-8])  # the last tensor's bytes cut short
+    with pytest.raises(ValueError, match=r"w.safetensors: tensor '.*' .* which do not hold it"):
+        dscpp.init_inference(torch.nn.Linear(6, 4), checkpoint=description, base_dir=str(tmp_path))
 
 
 def test_a_shard_that_pickles_an_object_is_refused_unrun(tmp_path):

@@ -897,6 +897,45 @@ def test_without_an_optimizer_the_engine_runs_forward_only(stage):
                          lr_scheduler=lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, 1))
 
 
+@pytest.mark.parametrize("stage", [0, 2, 3])
+def test_a_forward_only_engine_holds_only_the_weights_and_loads_a_trained_checkpoint(stage, tmp_path):
+    """TRL's reference model (stage 0 below ZeRO-3) and the Trainer's evaluation from a checkpoint: an engine
+    initialized without an optimizer holds the weights in the compute dtype and nothing for training — no gradient
+    buffer, fp32 master or optimizer state — and load_checkpoint puts a training run's trained weights into it (each
+    its fp32 master rounded, as the training run's own weights are): its outputs are the trained engine's, bit for
+    bit."""
+    config = {"train_micro_batch_size_per_gpu": 6, "bf16": {"enabled": True}}
+    torch.manual_seed(4)
+    training, _, _, _ = dscpp.initialize(model=TiedModel(), config={
+        **config, "zero_optimization": {"stage": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}})
+    ids = torch.randint(0, 32, (6,), generator=torch.Generator().manual_seed(0))
+    for _ in range(3):
+        training.backward(training(ids))
+        training.step()
+    training.save_checkpoint(str(tmp_path))
+    training.eval()
+    with torch.no_grad():
+        want = training(ids)
+    training.destroy()
+
+    torch.manual_seed(5)  # other values: every weight must come from the checkpoint
+    model = TiedModel()
+    whole = sum(p.numel() * 2 for p in model.parameters())  # bf16, the tied weight once
+    engine, optimizer, _, _ = dscpp.initialize(model=model, config={**config, "zero_optimization": {"stage": stage}})
+    assert optimizer is None
+    memory = engine.memory()
+    assert memory["grads"] + memory["master"] + memory["optimizer_state"] <= 16, memory  # the empty layout's padding
+    if stage < 3:
+        assert memory["frozen"] == whole and memory["params"] <= whole + 16, memory
+        assert all(p.dtype == torch.bfloat16 for p in model.parameters())
+    engine.load_checkpoint(str(tmp_path))
+    assert engine.global_steps == 3
+    engine.eval()
+    with torch.no_grad():
+        got = engine(ids)
+    assert torch.equal(got, want), (got, want)
+
+
 def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():
     """initialize(lr_scheduler=callable) with the config's optimizer (the Trainer's way for a config without a
     "scheduler" section): the callable gets the engine's optimizer, a torch.optim.Optimizer, and the schedule it makes

@@ -73,8 +73,21 @@ int64_t bytes(const torch::nn::Module& m) {
   return n;
 }
 
+// The engine's forward, without gradients, of a fixed input (4 rows): the sum of the outputs. Collective under ZeRO-3.
+double probe(Net& net, Engine& engine) {
+  torch::NoGradGuard no_grad;
+  const auto x = seeded_rows(100, 4, kWidth).first.to(test_device());
+  const auto out = engine.forward([&] {
+    auto h = torch::tanh(net->in->forward(x));
+    for (auto& block : net->blocks) h = engine.run_unit(*block, [&] { return block->forward(h); });
+    return net->out->forward(h).sum();
+  });
+  return out.item<double>();
+}
+
 // Prints each step's loss, then "frozen <bytes this rank holds>", "peak <most gathered at once>", "block <bytes of
-// the largest block>", "root <bytes outside the blocks>", "sum <sum of the frozen parameters' whole values>".
+// the largest block>", "root <bytes outside the blocks>", "sum <sum of the frozen parameters' whole values>",
+// "probe <probe() after the steps>".
 // `load`: a checkpoint to resume from ("-": none; the model is then built from another seed, so every frozen value
 // must come from the checkpoint); `save`: where to save after the steps ("-": nowhere); `quantized`: ZeRO++'s
 // zero_quantized_nontrainable_weights.
@@ -124,28 +137,27 @@ int run_worker(int stage, const std::string& load, const std::string& save, bool
     if (!p.requires_grad()) sum += engine->whole_parameter(p).sum().item().toDouble();
   }
   const auto memory = engine->memory().stage;
+  const double probed = probe(net, *engine);
   if (env.rank == 0) {
     std::cout << "frozen " << memory.frozen << "\npeak " << memory.gathered_peak << "\nblock " << block_bytes
-              << "\nroot " << root_bytes << "\nsum " << sum << std::endl;
+              << "\nroot " << root_bytes << "\nsum " << sum << "\nprobe " << probed << std::endl;
   }
   return 0;
 }
 
-// InitOptions::forward_only (ZeRO-Inference): no optimizer in the config, every parameter held frozen, the shards on
-// NVMe under `nvme`. Prints "output <|engine's forward − the same model's forward before initialize|>", the stage's
-// memory ("frozen", "grads", "master", "params"), and the errors of backward and of loading `trained` (a checkpoint
-// with trained parameters).
-int run_forward_only(const std::string& nvme, const std::string& trained) {
+// InitOptions::forward_only (ZeRO-Inference, a reference model) at ZeRO `stage`: no optimizer in the config, every
+// parameter held frozen — at ZeRO-3 the shards on NVMe under `nvme` ("-": in memory). Prints "output <|engine's
+// forward − the same model's forward before initialize|>", the stage's memory ("frozen", "grads", "master",
+// "params"), "whole <the model's bytes>", the error of backward, then loads `trained` (a checkpoint with trained
+// parameters) and prints "probe <probe()>" and "steps <its global steps>".
+int run_forward_only(int stage, const std::string& nvme, const std::string& trained) {
   const auto env = DistEnv::from_env();
-  const nlohmann::json json = {
-      {"train_batch_size", kGlobalBatch},
-      {"zero_optimization",
-       {{"stage", 3},
-        {"stage3_param_persistence_threshold", 0},
-        {"offload_param", {{"device", "nvme"}, {"nvme_path", nvme}}}}}};
+  nlohmann::json zero = {{"stage", stage}, {"stage3_param_persistence_threshold", 0}};
+  if (nvme != "-") zero["offload_param"] = {{"device", "nvme"}, {"nvme_path", nvme}};
+  const nlohmann::json json = {{"train_batch_size", kGlobalBatch}, {"zero_optimization", zero}};
   ConfigOptions options;
   options.world_size = env.world_size;
-  torch::manual_seed(1);
+  torch::manual_seed(2);  // not the trained run's seed: every value must come from the checkpoint
   Net net, reference;
   {
     torch::NoGradGuard no_grad;
@@ -164,22 +176,20 @@ int run_forward_only(const std::string& nvme, const std::string& trained) {
   torch::Tensor out;
   auto loss = engine->forward([&] { return (out = run(net, engine.get())).sum(); });
   const auto want = run(reference, nullptr);
-  std::string backward = "none", load = "none";
+  std::string backward = "none";
   try {
     engine->backward(loss);
   } catch (const std::logic_error& e) {
     backward = e.what();
   }
-  try {
-    engine->load_checkpoint(trained);
-  } catch (const CheckpointError& e) {
-    load = e.what();
-  }
   const auto memory = engine->memory().stage;
+  engine->load_checkpoint(trained);
+  const double probed = probe(net, *engine);
   if (env.rank == 0) {
     std::cout << "output " << (out - want).abs().max().item<double>() << "\nfrozen " << memory.frozen << "\ngrads "
               << memory.grads16 << "\nmaster " << memory.master << "\nparams " << memory.params16
-              << "\nwhole " << bytes(*reference) << "\nbackward " << backward << "\nload " << load << std::endl;
+              << "\nwhole " << bytes(*reference) << "\nbackward " << backward << "\nprobe " << probed
+              << "\nsteps " << engine->global_steps() << std::endl;
   }
   return 0;
 }
@@ -227,7 +237,7 @@ TEST(Zero3Frozen, PartitionsFrozenParametersAndTrainsAsStage0OnOneProcess) {
   EXPECT_LT(reference.losses.back(), reference.losses.front());
   // Each rank holds half of the frozen parameters (each group padded to an even count: at most one element more).
   const double frozen_total = (kBlocks + 1) * (kWidth * kWidth + kWidth) * 4.0;  // every base and the input layer
-  EXPECT_EQ(reference.values.at("frozen"), 0);  // stage 0 partitions nothing
+  EXPECT_EQ(reference.values.at("frozen"), frozen_total);  // stage 0 holds them whole
   EXPECT_GE(ranks.values.at("frozen"), frozen_total / 2);
   EXPECT_LE(ranks.values.at("frozen"), frozen_total / 2 + 4 * (kBlocks + 1));
   // Backward releases each block's frozen base once its nodes have run: never more than two blocks are whole.
@@ -265,25 +275,54 @@ TEST(Zero3Frozen, QuantizedNontrainableWeightsStoreAQuarterAndTrainClose) {
   EXPECT_NEAR(quantized_sum, sum, 0.05);
 }
 
-TEST(Zero3Frozen, ForwardOnlyHoldsOnlyTheWeightsOnNvmeAndRefusesTraining) {
-  const auto dir = std::filesystem::temp_directory_path() / ("zero3_forward_only_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir / "nvme");
-  run(1, 3, "-", (dir / "trained").string());  // a checkpoint with trained parameters
+// A forward-only engine on 2 ranks at `stage` (shards on NVMe under `nvme`, "-": none), given the trained checkpoint
+// `trained`: its outputs, memory and refusals, by key.
+std::map<std::string, std::string> forward_only(int stage, const std::string& nvme, const std::string& trained) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe").string();
-  const auto ranks = run_ranks(2, self + " --forward-only " + (dir / "nvme").string() + " " + (dir / "trained").string(),
+  const auto ranks = run_ranks(2, self + " --forward-only " + std::to_string(stage) + " " + nvme + " " + trained,
                                "OMP_NUM_THREADS=1");
-  std::filesystem::remove_all(dir);
-  ASSERT_EQ(ranks[0].code, 0) << ranks[0].err;
-  ASSERT_EQ(ranks[1].code, 0) << ranks[1].err;
+  EXPECT_EQ(ranks[0].code, 0) << ranks[0].err;
+  EXPECT_EQ(ranks[1].code, 0) << ranks[1].err;
   std::map<std::string, std::string> got;
   std::istringstream in(ranks[0].out);
   for (std::string key, value; in >> key && std::getline(in, value);) got[key] = value.substr(1);
+  return got;
+}
+
+TEST(Zero3Frozen, ForwardOnlyHoldsOnlyTheWeightsOnNvmeRefusesTrainingAndLoadsTrainedWeights) {
+  const auto dir = temp_dir("zero3_forward_only");
+  std::filesystem::create_directories(dir / "nvme");
+  const auto trained = run(1, 3, "-", (dir / "trained").string());  // a checkpoint with trained parameters
+  const auto got = forward_only(3, (dir / "nvme").string(), (dir / "trained").string());
+  ASSERT_TRUE(got.count("output")) << "the ranks failed";
   EXPECT_LT(std::stod(got.at("output")), 1e-6);  // the whole model's forward
   // Nothing in memory for the weights (on NVMe), nothing for training (one padding element of the empty layout).
   EXPECT_EQ(std::stoll(got.at("frozen")), 0);
   EXPECT_LE(std::stoll(got.at("grads")) + std::stoll(got.at("master")) + std::stoll(got.at("params")), 16);
   EXPECT_NE(got.at("backward").find("built forward only"), std::string::npos) << got.at("backward");
-  EXPECT_NE(got.at("load").find("this engine trains none"), std::string::npos) << got.at("load");
+  // The trained parameters (adapters, output layer) and the frozen ones load into the shards: the trained model.
+  EXPECT_NEAR(std::stod(got.at("probe")), trained.values.at("probe"), 1e-5 * std::abs(trained.values.at("probe")));
+  EXPECT_EQ(std::stoll(got.at("steps")), kSteps);
+}
+
+TEST(Zero3Frozen, ForwardOnlyBelowStage3HoldsTheWholeWeightsOnlyAndLoadsTrainedWeights) {
+  // TRL's reference model below ZeRO-3 (its prepare_deepspeed sets stage 0): the weights whole on every rank in the
+  // compute dtype, no fp32 master, gradient buffer or optimizer state.
+  const auto dir = temp_dir("forward_only_below_3");
+  const auto trained = run(1, 0, "-", (dir / "trained").string());
+  for (const int stage : {0, 2}) {
+    const auto got = forward_only(stage, "-", (dir / "trained").string());
+    ASSERT_TRUE(got.count("output")) << "stage " << stage << ": the ranks failed";
+    EXPECT_LT(std::stod(got.at("output")), 1e-6) << "stage " << stage;
+    const int64_t whole = std::stoll(got.at("whole"));
+    EXPECT_EQ(std::stoll(got.at("frozen")), whole) << "stage " << stage;
+    EXPECT_LE(std::stoll(got.at("params")), whole + 16) << "stage " << stage;  // + the empty layout's padding
+    EXPECT_LE(std::stoll(got.at("grads")) + std::stoll(got.at("master")), 16) << "stage " << stage;
+    EXPECT_NE(got.at("backward").find("built forward only"), std::string::npos) << got.at("backward");
+    EXPECT_NEAR(std::stod(got.at("probe")), trained.values.at("probe"), 1e-5 * std::abs(trained.values.at("probe")))
+        << "stage " << stage;
+    EXPECT_EQ(std::stoll(got.at("steps")), kSteps) << "stage " << stage;
+  }
 }
 
 TEST(Zero3Frozen, QuantizedNontrainableWeightsBelowStage3AreRefusedNamingTheKey) {
@@ -298,9 +337,9 @@ TEST(Zero3Frozen, QuantizedNontrainableWeightsBelowStage3AreRefusedNamingTheKey)
 }  // namespace dscpp::testing
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::strcmp(argv[1], "--forward-only") == 0) {
+  if (argc == 5 && std::strcmp(argv[1], "--forward-only") == 0) {
     try {
-      return dscpp::testing::run_forward_only(argv[2], argv[3]);
+      return dscpp::testing::run_forward_only(std::atoi(argv[2]), argv[3], argv[4]);
     } catch (const std::exception& e) {
       std::cerr << "worker failed: " << e.what() << std::endl;
       return 1;

@@ -104,6 +104,10 @@ struct CheckpointedState {
   bool writes_module_state = true;
   // Mixture of Experts: experts spread over this many data-parallel ranks, so no rank holds the whole model.
   int expert_parallel = 1;
+  // Built without an optimizer (InitOptions::forward_only): `params` is empty and every parameter is a frozen
+  // module_state entry, into which a checkpoint's trained parameters load (their fp32 master in the compute dtype, as
+  // the training run's own weights were published from it). No optimizer state is read.
+  bool forward_only = false;
 };
 
 class Checkpointer {
@@ -164,6 +168,12 @@ class Checkpointer {
   std::vector<torch::Tensor> read_replicated_state(CheckpointReader& checkpoint) const;
   // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
+  // Forward only: the checkpoint's trained parameters' values into `module_values` (read_module_state's), each the
+  // whole parameter in its module tensor's dtype.
+  void read_trained_into_frozen(CheckpointReader& checkpoint, std::vector<torch::Tensor>& module_values) const;
+  // Forward only: throws CheckpointError unless the checkpoint's trained parameters are this model's frozen ones
+  // (names and shapes; `strict`: and each of this model's parameters is in the checkpoint, trained or not).
+  void check_forward_only_model(const Manifest& m, const std::string& source, bool strict) const;
   // Throws CheckpointError unless `m` is this model (and, when loading it, this optimizer's state). With model
   // parallelism this rank checks its own parameters; check_all_held checks that the run holds all of the checkpoint's.
   void check_compatible(const Manifest& m, const CheckpointLoadOptions& options, const std::string& source) const;

@@ -64,10 +64,11 @@ struct InitOptions {
   // parameter (std::invalid_argument otherwise).
   std::set<std::string> untrained_params;
   // An engine that will not train (DeepSpeed's engine built without an optimizer: a reference model, ZeRO-Inference).
-  // Under ZeRO-3 every floating parameter is then held as a frozen one is — partitioned, with no fp32 master, no
-  // gradient partition and no optimizer state — so a rank holds its shard of the weights and nothing else (with
-  // offload_param, not even that in memory). backward and step are refused (std::logic_error); the optimizer may be
-  // absent. Other stages, and models with sliced or expert parameters, keep their parameters as they would to train.
+  // Every parameter is then held as a frozen one is, with no fp32 master, no gradient buffer and no optimizer state:
+  // under ZeRO-3 partitioned, so a rank holds its shard of the weights and nothing else (with offload_param, not even
+  // that in memory); at stages 0-2 whole on every rank, in the compute dtype, rank 0's values. backward and step are
+  // refused (std::logic_error); the optimizer may be absent. load_checkpoint puts a checkpoint's trained parameters
+  // into them. Models with sliced or expert parameters keep their parameters as they would to train.
   bool forward_only = false;
   // The program acts on the config's "compression_training" (Python: initialize attaches dscpp.compression's
   // schedule to the engine's steps). The engine itself does not touch the model's modules, so without this a config

@@ -16,11 +16,13 @@ namespace dscpp {
 class FlatParams {
  public:
   // `params[i]` is named `names[i]`; their current values are copied in. `params` keep their identity (the same
-  // tensors the model holds); only their storage moves. `group_numel` sizes the communication groups.
+  // tensors the model holds); only their storage moves. The buffers live on `device`, where every parameter must be.
+  // `params` may be empty (an engine built forward only trains none): the buffers then hold only group padding.
+  // `group_numel` sizes the communication groups.
   // Mixture of Experts: `expert[i]` marks an expert's parameter, sharded over the expert-data-parallel group of
   // expert parallelism `expert_parallel` (FlatLayout); empty: none.
   FlatParams(std::vector<torch::Tensor> params, const std::vector<std::string>& names, int world_size,
-             torch::ScalarType dtype, int64_t group_numel, const std::vector<bool>& expert = {},
+             torch::ScalarType dtype, torch::Device device, int64_t group_numel, const std::vector<bool>& expert = {},
              int expert_parallel = 1);
 
   const FlatLayout& layout() const { return layout_; }

@@ -36,7 +36,7 @@ struct StageMemory {
   int64_t persistent = 0;
   int64_t gathered_peak = 0;
   int64_t secondary = 0;     // ZeRO-3 with hpZ: the secondary shards (1/hpz of every block), part of params16
-  int64_t frozen = 0;        // ZeRO-3: this rank's shards of the frozen parameters, part of params16
+  int64_t frozen = 0;        // frozen parameters (ZeRO-3: this rank's shards; Engine::memory adds whole ones), in params16
 };
 
 // Where a stage spent time waiting for communication, cumulative since initialize.

@@ -7,12 +7,26 @@ under base_dir, `.safetensors` or a torch.save'd state dict). The model may have
 Unlike DeepSpeed's loader: torch files are read with weights_only=True (a file that pickles anything but tensors and
 containers is refused, never run), every shard key must name a tensor of the model, and every parameter and buffer
 must come from some shard (or be tied to one that did) — a weight left at its initial value, or on the meta device,
-is an error naming it rather than a wrong generation."""
+is an error naming it rather than a wrong generation.
+
+The shards are mapped, not read: a tensor of a safetensors file is a view of the file's pages (a private mapping, so
+writing to it never reaches the file), a torch file is loaded with mmap=True. A model built on the meta device
+therefore holds its whole weights only as the files' pages — the page cache, one copy per machine however many ranks
+map them — and AutoTP copies out each rank's slice (init_inference casts after slicing, for the same reason): a
+rank's own memory is its share of the model, not the whole of it."""
 import json
+import mmap
 import os
 import pickle
 
 import torch
+
+# safetensors' dtype names (its format's specification) and torch's.
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+}
 
 # DeepSpeed's AutoTP loads these description types shard by shard (state_dict_factory.py's get_sd_loader_json returns
 # them as they are); "Megatron" goes to its injected kernels' loader, which is not here.
@@ -46,19 +60,62 @@ def shard_files(checkpoint, base_dir):
     return [os.path.join(base_dir, f) for f in files]
 
 
+def _read_safetensors(path):
+    """A safetensors file's tensors as views of a private mapping of it: an 8-byte little-endian header length, a
+    JSON header ({name: {"dtype", "shape", "data_offsets": [begin, end]}}, "__metadata__" aside), then the data."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        try:
+            length = int.from_bytes(f.read(8), "little")
+            if length <= 0 or 8 + length > size:
+                raise ValueError(f"a header of {length} bytes in a file of {size}")
+            header = json.loads(f.read(length))
+            if not isinstance(header, dict):
+                raise ValueError("its header is not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ValueError(f"init_inference: {path} is not a safetensors file: {e}") from None
+        mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if size > 0 else None
+    start, state = 8 + length, {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+            shape = [int(d) for d in entry["shape"]]
+            begin, end = (int(o) for o in entry["data_offsets"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"init_inference: {path}: tensor {name!r} has a header entry safetensors does not "
+                             f"define ({entry!r}): {e!r}") from None
+        numel = 1
+        for d in shape:
+            numel *= d
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if end - begin != numel * itemsize or begin < 0 or start + end > size:
+            raise ValueError(f"init_inference: {path}: tensor {name!r} ({entry['dtype']} {shape}) has bytes "
+                             f"[{begin}, {end}) of {size - start}, which do not hold it")
+        if numel == 0:
+            state[name] = torch.empty(shape, dtype=dtype)
+        elif (start + begin) % itemsize == 0:
+            state[name] = torch.frombuffer(mapping, dtype=dtype, count=numel, offset=start + begin).view(shape)
+        else:  # an unaligned tensor (files safetensors writes align them): a copy of its bytes
+            raw = torch.frombuffer(mapping, dtype=torch.uint8, count=end - begin, offset=start + begin)
+            state[name] = raw.clone().view(dtype).view(shape)
+    return state
+
+
 def _read_shard(path):
     if not os.path.isfile(path):
         raise ValueError(f"init_inference: checkpoint shard {path} does not exist (the description's file names "
                          "are relative to base_dir)")
     if path.endswith(".safetensors"):
-        try:
-            from safetensors.torch import load_file
-        except ImportError as e:
-            raise ValueError(f"init_inference: {path} is a safetensors file; pip install safetensors to read it") \
-                from e
-        return load_file(path)
+        return _read_safetensors(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            state = torch.load(path, map_location="cpu", weights_only=True)  # torch's legacy format maps nothing
     except pickle.UnpicklingError as e:
         raise ValueError(f"init_inference: {path} holds a pickled object that is not tensors or containers, which "
                          f"is not loaded (weights_only): {e}") from e

@@ -23,10 +23,8 @@ class InferenceEngine(torch.nn.Module):
         self.module = model
         self._config = config
         self.mp_world_size = config.tp_size
-        if config.checkpoint is not None:  # whole, then cast and sliced as a model that came with its weights
+        if config.checkpoint is not None:  # the files mapped, then sliced as a model that came with its weights
             checkpoint.load(model, config.checkpoint, config.base_dir)
-        if config.dtype is not None:
-            model.to(config.dtype)
         self.mp_group = None
         if config.tp_size > 1 or config.mpu is not None or config.tp_group is not None:
             self.mp_group = self._tensor_parallel_group(config)
@@ -34,6 +32,10 @@ class InferenceEngine(torch.nn.Module):
             if comm.world_size > 1:
                 auto_tp.apply(model, auto_tp.plan(model, comm.world_size, config.injection_policy), comm)
             self.mp_world_size = comm.world_size
+        # Cast after slicing (the same values: slicing copies): a rank converts only its share, and the whole weights
+        # of a model filled from mapped checkpoint files are never copied into its own memory.
+        if config.dtype is not None:
+            model.to(config.dtype)
         # Sliced first: a GPU receives only its rank's share of the weights.
         if not config.keep_module_on_host and torch.cuda.is_available():
             model.to(torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))))

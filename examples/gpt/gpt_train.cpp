@@ -28,6 +28,7 @@
 #include "model/compression.h"
 #include "model/gpt.h"
 #include "progress_bar.h"
+#include "text_generation.h"
 
 namespace {
 
@@ -103,6 +104,7 @@ struct Args {
   std::string moe_noisy_gate_policy = "None";
   dscpp::moe::GateOptions moe_gate;  // capacity, dropping, RTS, 2nd-expert sampling (k: moe_top_k)
   gpt::AutoFlags autos;  // the HF-style flags that fill "auto" (shared with `dscpp plan`)
+  gpt::TextGeneration generation;  // --generate
 };
 
 // Cumulative NVMe swap counters (zero without offload to nvme).
@@ -194,6 +196,7 @@ void add_flags(CLI::App& app, Args& a) {
                  "MoE: true|false: Gumbel noise on the second choice (true)");
   app.add_option("--moe_noisy_gate_policy", a.moe_noisy_gate_policy, "MoE: None, Jitter or RSample (None)");
   gpt::add_auto_flags(app, a.autos);
+  gpt::add_generation_flags(app, a.generation);
 }
 
 // The config as given: the embedded default, or --deepspeed_config's file, read once for both of its readings (the
@@ -665,6 +668,7 @@ int run(const Args& a) {
   const int rank = p.env.rank;
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));
+  gpt::check_generation(a.generation, p.pp, p.sp, *dataset);
   const auto model_cfg = model_config(a, dataset->vocab_size());
   // 128 by default keeps the no-argument run to a minute or two on two cores; any length up to the block works.
   const int64_t seq_len = a.seq_len.value_or(std::min<int64_t>(model_cfg.block_size, 128));
@@ -763,6 +767,7 @@ int run(const Args& a) {
     std::cerr << "[gpt-train] wrote " << a.save_16bit << std::endl;
   }
   if (rank == 0) print_summary(a, engine, p.device, flops_per_s_sum, timed_steps);
+  if (!a.generation.prompt.empty()) gpt::generate_text(a.generation, a.seed, *t.model, engine, rank);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "dscpp/parallel/tensor_parallel_layers.h"
 #include "dscpp/sequence/distributed_attention.h"
@@ -55,7 +56,19 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   };
   const double p = is_training() ? dropout_ : 0.0;
   torch::Tensor y;  // (B, T, nh, hs)
-  if (sequence_group_ && sequence_group_->world_size() > 1) {
+  if (cache_) {
+    if ((sequence_group_ && sequence_group_->world_size() > 1) || sparse_layout_.defined()) {
+      throw std::invalid_argument("generation with sequence parallelism or sparse attention is not supported yet");
+    }
+    auto k = to_heads(qkv[1]), v = to_heads(qkv[2]);
+    if (cache_->keys.defined()) {
+      k = torch::cat({cache_->keys, k}, 2);
+      v = torch::cat({cache_->values, v}, 2);
+    }
+    cache_->keys = k;
+    cache_->values = v;
+    y = at::scaled_dot_product_attention(to_heads(qkv[0]), k, v, cache_->allowed).transpose(1, 2);
+  } else if (sequence_group_ && sequence_group_->world_size() > 1) {
     // (B, T/P, nh, hs) here; (B, T, nh/P, hs) inside, where causal_attention sees whole sequences — and, with
     // dropout, draws the whole model's mask and keeps this rank's heads, as a tensor-parallel part does.
     const auto split_heads = [&](const torch::Tensor& t) { return t.view({B, T, heads, C / heads}); };

@@ -10,6 +10,7 @@
 #include "dscpp/compression/linear_compression.h"
 #include "dscpp/sparse_attention/block_sparse_attention.h"
 #include "model/gpt_config.h"
+#include "model/kv_cache.h"
 
 namespace gpt {
 
@@ -30,6 +31,10 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
 
   // x: (B, T, C) → (B, T, C)
   torch::Tensor forward(const torch::Tensor& x);
+  // Generation: while `cache` is set, a forward takes x as the positions after the cached ones, appends their keys
+  // and values to it and attends as cache->allowed says (null: the plain causal forward). Not with sequence
+  // parallelism or sparse attention (std::invalid_argument).
+  void set_cache(AttentionCache* cache) { cache_ = cache; }
   // Keeps this rank's heads of the whole, initialised weights (called once, right after initialisation).
   void keep_own_heads();
   // DeepSpeed-Ulysses over `group` (P ranks, null or one rank: off): x holds this rank's T/P positions of each
@@ -58,6 +63,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   torch::Tensor sparse_layout_;
   int64_t sparse_block_ = 0;
   std::map<int64_t, dscpp::sparse_attention::BlockSparsePlan> sparse_plans_;  // per sequence length
+  AttentionCache* cache_ = nullptr;  // generation's (set_cache)
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -139,10 +139,59 @@ torch::Tensor GptImpl::embed(const torch::Tensor& idx) {
                                 std::to_string(sequence_group_->world_size()) + " sequence-parallel ranks exceeds " +
                                 "block_size " + std::to_string(config_.block_size) + "; lower --seq_len");
   }
-  const auto positions = torch::arange(first, first + T, idx.options());
+  return embed_at(idx, torch::arange(first, first + T, idx.options()));
+}
+
+torch::Tensor GptImpl::embed_at(const torch::Tensor& idx, const torch::Tensor& positions) {
   const int64_t vocab_begin = group_->rank() * wte->weight.size(0);
   auto x = dscpp::vocab_parallel_embedding(idx, wte->weight, vocab_begin, group_) + wpe->forward(positions);
   return config_.dropout > 0 && is_training() ? dropout(x, config_.dropout, sequence_group_) : x;
+}
+
+torch::Tensor GptImpl::forward_cached(const torch::Tensor& idx, const torch::Tensor& valid, KvCache& cache) {
+  if (idx.dim() != 2 || idx.scalar_type() != torch::kLong || idx.size(1) == 0) {
+    throw std::invalid_argument("Gpt::forward_cached: idx must be a (B, T) int64 tensor with T >= 1, got shape " +
+                                shape_of(idx) + " of " + std::string(c10::toString(idx.scalar_type())));
+  }
+  if (valid.sizes() != idx.sizes() || valid.scalar_type() != torch::kBool) {
+    throw std::invalid_argument("Gpt::forward_cached: valid must be a bool tensor of idx's shape " + shape_of(idx) +
+                                ", got " + shape_of(valid));
+  }
+  if (sequence_group_) {
+    throw std::invalid_argument("Gpt::forward_cached: generation with sequence parallelism is not supported yet");
+  }
+  const int64_t past = cache.length(), T = idx.size(1), total = past + T;
+  if (past > 0 && cache.valid.size(0) != idx.size(0)) {
+    throw std::invalid_argument("Gpt::forward_cached: idx has " + std::to_string(idx.size(0)) +
+                                " rows, the cache " + std::to_string(cache.valid.size(0)));
+  }
+  if (total > config_.block_size) {
+    throw std::invalid_argument("Gpt::forward_cached: " + std::to_string(total) + " positions exceed block_size " +
+                                std::to_string(config_.block_size));
+  }
+  if (cache.layers.empty()) cache.layers.resize(blocks_.size());
+  const auto all_valid = past > 0 ? torch::cat({cache.valid, valid.to(cache.valid.device())}, 1) : valid;
+  // A row's positions count its tokens only, so a left-padded prompt is positioned as it would be alone.
+  const auto positions = (all_valid.to(torch::kLong).cumsum(1) - 1).clamp_min(0).narrow(1, past, T);
+  // Query past+i attends to the tokens at or before it; a padding query to itself alone (its output is never read,
+  // and a row of the softmax with nothing in it would be NaN).
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(idx.device());
+  const auto query = torch::arange(past, total, opts).view({T, 1}), key = torch::arange(total, opts).view({1, total});
+  const auto allowed = ((key <= query).unsqueeze(0) & all_valid.unsqueeze(1)) | (key == query).unsqueeze(0);
+  cache.valid = all_valid;
+  struct Attach {  // the blocks' attentions use the cache for this forward only, even when it throws
+    std::vector<Block>& blocks;
+    ~Attach() {
+      for (auto& block : blocks) block->attn->set_cache(nullptr);
+    }
+  } attach{blocks_};
+  for (size_t i = 0; i < blocks_.size(); ++i) {
+    cache.layers[i].allowed = allowed.unsqueeze(1);
+    blocks_[i]->attn->set_cache(&cache.layers[i]);
+  }
+  auto x = embed_at(idx, positions);
+  for (auto& block : blocks_) x = block_runner_ ? block_runner_(block, x) : block->forward(x);
+  return dscpp::gather_from_model_parallel(head(x.narrow(1, T - 1, 1)), group_).squeeze(1);
 }
 
 torch::Tensor GptImpl::head(const torch::Tensor& x) {

@@ -39,6 +39,7 @@
 #include "dscpp/config/sparse_attention.h"
 #include "model/block.h"
 #include "model/gpt_config.h"
+#include "model/kv_cache.h"
 
 namespace gpt {
 
@@ -76,11 +77,21 @@ class GptImpl : public torch::nn::Module {
   // The same from head()'s output (this rank's columns of the logits): what a pipeline's last stage computes.
   torch::Tensor loss_of_logits(const torch::Tensor& local_logits, const torch::Tensor& targets);
 
+  // Generation (model/generation.h): the logits (B, V) of the last of `idx`'s positions, which come after the
+  // `cache`'s (empty: the first forward, over the prompts), whose keys and values the blocks append to it. `valid`
+  // (B, T) bool marks idx's tokens (false: left padding, which no query attends to and which positions skip, as
+  // HF's position_ids from an attention mask do). The blocks run through the block runner, as forward()'s do; the
+  // model should be in eval mode. std::invalid_argument for bad shapes, more than block_size positions in all,
+  // sequence parallelism or sparse attention.
+  torch::Tensor forward_cached(const torch::Tensor& idx, const torch::Tensor& valid, KvCache& cache);
+
   // forward() = head(h[L-1](… h[0](embed(idx)))). Exposed so a wrapper (ZeRO-3) can run the blocks itself,
   // gathering each block's parameters just before its call.
   torch::Tensor embed(const torch::Tensor& idx);  // (B, T) → token + position embeddings (B, T, C)
   torch::Tensor head(const torch::Tensor& x);     // (B, T, C) → ln_f → tied LM head → (B, T, V/p): this rank's columns
   torch::Tensor hidden(const torch::Tensor& idx);  // embed, then every block through the block runner: (B, T, C)
+  // Token + position embeddings at `positions` ((T) or (B, T) int64), with embed()'s checks and dropout.
+  torch::Tensor embed_at(const torch::Tensor& idx, const torch::Tensor& positions);
   const std::vector<Block>& blocks() const { return blocks_; }
 
   // How forward() calls each block: `run(block, x)` must return block->forward(x). The default calls it directly;

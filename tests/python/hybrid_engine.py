@@ -2,7 +2,8 @@
 DeepSpeed-Chat-shaped LoRA layers (base frozen), trained 2 steps through dscpp.initialize with hybrid_engine
 enabled, then generate() — greedy, and sampled — then one more training step. Rank 0 writes to OUT: whether the
 greedy tokens are those of the whole model (gathered into a plain copy, generating unfused), whether every weight
-is bit for bit what it was before generate(), how many gathers (all-gathers, all-reduces) generate() issued against the parameter count,
+is bit for bit what it was before generate(), how many gathers (all-gathers, all-reduces) generate() issued against
+the parameter count and against one forward's,
 whether both ranks sampled the same tokens (each seeded differently before initialize), and the losses.
 
     python3 hybrid_engine.py STAGE PIN OUT      (torchrun's environment; PIN: pin_parameters, 1 or 0)
@@ -111,6 +112,10 @@ def main(stage, pin, out):
 
     engine.eval()
     calls_before = collectives(engine)
+    with torch.no_grad():
+        engine(input_ids=prompts)  # one forward: each group gathered once
+    forward_gathers = collectives(engine) - calls_before
+    calls_before = collectives(engine)
     greedy = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
     gathers = collectives(engine) - calls_before
     after = whole_state(engine.module)
@@ -122,7 +127,8 @@ def main(stage, pin, out):
 
     result = {"tokens_equal": greedy == expected, "greedy": greedy, "expected": expected,
               "weights_unchanged": all(torch.equal(before[n], after[n]) for n in before),
-              "gathers": gathers, "params": sum(1 for _ in engine.module.parameters()),
+              "gathers": gathers, "forward_gathers": forward_gathers,
+              "params": sum(1 for _ in engine.module.parameters()),
               "sampled_agree": all(s == everyone[0] for s in everyone), "losses": losses,
               "fused_after": any(getattr(m, "fuse_lora", False) for m in engine.module.modules())}
     if rank == 0:

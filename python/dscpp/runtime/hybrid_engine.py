@@ -4,10 +4,11 @@ ZeRO-3's per-forward gathering for every new token.
 
 Under ZeRO-3 a model called by itself gathers each block for every forward, and generate() runs one forward per new
 token: every weight crosses the network once per token (DeepSpeed#4354: minutes per generation). With
-pin_parameters (the default) generate() instead gathers every parameter once per call — the whole model, as
-GatheredParameters would, one collective per parameter in the same order on every rank — takes ZeRO-3's hooks off
-the module (as TRL's unwrap_model_for_generation does), runs the model's own generate over the whole weights, and
-puts the hooks back; the gathered copies are dropped as the call returns, the shards and the fp32 master untouched.
+pin_parameters (the default) generate() instead gathers the whole model once per call — inside one forward of the
+engine's, each gather unit's group entered in turn, so each group comes with one all-gather of its shards, as a
+training forward gathers it, and stays gathered — takes ZeRO-3's hooks off the module (as TRL's
+unwrap_model_for_generation does), runs the model's own generate over the whole weights, and puts the hooks back;
+the forward's end releases every group, the shards and the fp32 master untouched.
 With pin_parameters false it generates through the hooks (per forward), as a plain ZeRO-3 engine does. Under ZeRO
 0-2 the weights are whole already and generate() is the model's own.
 
@@ -26,7 +27,6 @@ import torch
 import torch.distributed as dist
 
 from ..engine import DeepSpeedEngine
-from ..zero.gathered import GatheredParameters
 
 
 def _share_random_state():
@@ -68,11 +68,18 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
 
     @contextlib.contextmanager
     def _whole_weights(self):
+        """Every parameter whole for the call: one engine forward without a backward, in which every unit's group
+        is gathered (and kept: no unit is left) until its end releases them all."""
         offload = self._parameter_offload
         offload._remove_module_hooks()
         try:
-            with GatheredParameters(list(self.module.parameters())):
+            self._engine.begin_forward()
+            try:
+                for unit in range(len(offload._units)):
+                    self._engine.enter_unit(unit)
                 yield
+            finally:
+                self._engine.end_forward(False)
         finally:
             offload._register_deepspeed_module(self.module)
 

@@ -240,6 +240,7 @@ PYBIND11_MODULE(_C, m) {
                                py::dict d;
                                d["enabled"] = h.enabled;
                                d["pin_parameters"] = h.pin_parameters;
+                               d["inference_tp_size"] = h.inference_tp_size;
                                return d;
                              })
       .def_property_readonly("comm_totals",

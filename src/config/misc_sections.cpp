@@ -100,10 +100,11 @@ HybridEngineConfig parse_hybrid_engine(JsonReader& s) {
   c.pin_parameters = s.get_bool("pin_parameters", true);
   c.release_inference_cache = s.get_bool("release_inference_cache", false);
   c.tp_gather_partition_size = s.get_int("tp_gather_partition_size", 8, 1);
-  const int64_t tp = s.get_int("inference_tp_size", 1, 1);
-  s.require(tp == 1, "inference_tp_size",
-            "1 (generating over a tensor-parallel copy of the weights inside training is not supported yet; "
-            "dscpp.init_inference slices a model for inference)");
+  c.inference_tp_size = s.get_int("inference_tp_size", 1, 1);
+  // The sliced layers are cut from whole weights: under ZeRO-3 the ones gathered for the whole call.
+  s.require(c.inference_tp_size == 1 || c.pin_parameters, "inference_tp_size",
+            "1 when pin_parameters is false (generation through ZeRO-3's per-forward gathering has no whole weights "
+            "to slice; keep pin_parameters true for a tensor-parallel generation layout)");
   s.accept_only_default("enable_cuda_graph", false);
   s.finish();
   return c;

@@ -370,8 +370,10 @@ std::vector<Row> table() {
       {"hybrid_engine.release_inference_cache", true, K::kHarmless,
        "nothing gathered for generate() outlives the call here, which is what true asks DeepSpeed for"},
       {"hybrid_engine.tp_gather_partition_size", 4, K::kHarmless,
-       "DeepSpeed reads it only with inference_tp_size > 1, which is refused"},
-      {"hybrid_engine.inference_tp_size", 2, K::kRefused, "hybrid_engine.inference_tp_size"},
+       "it bounds how many layers DeepSpeed holds gathered while it slices them for inference_tp_size; here the "
+       "whole model is gathered for the call, as pin_parameters asks, and sliced from there"},
+      {"hybrid_engine.inference_tp_size", 2, K::kActs, "python.hybrid_engine",
+       [](const Config& c) { return c.hybrid_engine.inference_tp_size == 2; }},
       {"hybrid_engine.enable_cuda_graph", true, K::kRefused, "hybrid_engine.enable_cuda_graph"},
       {"compile", nlohmann::json{{"enabled", true}}, K::kRefused, "compile"},
       {"weight_quantization", nlohmann::json{{"post_init_quant", {{"enabled", true}}}}, K::kRefused,

@@ -6,7 +6,11 @@ is bit for bit what it was before generate(), how many gathers (all-gathers, all
 the parameter count and against one forward's,
 whether both ranks sampled the same tokens (each seeded differently before initialize), and the losses.
 
-    python3 hybrid_engine.py STAGE PIN OUT      (torchrun's environment; PIN: pin_parameters, 1 or 0)
+    python3 hybrid_engine.py STAGE PIN OUT [TP]      (torchrun's environment; PIN: pin_parameters, 1 or 0)
+
+With TP (hybrid_engine.inference_tp_size), each rank generates prompts of its own (the group concatenates them and
+generates over sliced layers), so the whole model's tokens are those of this rank's prompts; rank 0 then also
+writes whether the model's own modules and head counts are back after generate().
 """
 import copy
 import json
@@ -78,7 +82,15 @@ def collectives(engine):
     return sum(totals.get(op, (0, 0))[0] for op in ("all_gather", "all_reduce"))
 
 
-def main(stage, pin, out):
+def modules_and_counts(model):
+    """Each module's name, identity and the head / width counts AutoTP divides while sliced."""
+    from dscpp.module_inject.auto_tp import SHARDED_ATTRIBUTES
+    return [(n, id(m), [getattr(m, a, None) for a in SHARDED_ATTRIBUTES + ("num_key_value_groups",)])
+            for n, m in model.named_modules()]
+
+
+def main(stage, pin, out, tp="1"):
+    tp = int(tp)
     dscpp.init_distributed(dist_backend="gloo")
     rank = dist.get_rank()
     model = make_model()
@@ -88,7 +100,8 @@ def main(stage, pin, out):
               "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}},
               "zero_optimization": {"stage": int(stage), "stage3_param_persistence_threshold": 0},
               "comms_logger": {"enabled": True},
-              "hybrid_engine": {"enabled": True, "pin_parameters": pin == "1", "max_out_tokens": 32}}
+              "hybrid_engine": {"enabled": True, "pin_parameters": pin == "1", "max_out_tokens": 32,
+                                "inference_tp_size": tp}}
     engine, _, _, _ = dscpp.initialize(model=model, model_parameters=model.parameters(), config=config)
     assert type(engine).__name__ == "DeepSpeedHybridEngine"
     data = torch.Generator().manual_seed(5 + rank)
@@ -104,11 +117,15 @@ def main(stage, pin, out):
     for _ in range(2):
         train_step()
 
-    prompts = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(9))
+    # Sliced, the ranks' prompts differ (the group generates them as one batch); every row runs all 8 tokens, as
+    # a row that ends early alone would be padded while the batch goes on.
+    prompts = torch.randint(1, VOCAB, (2, 5), generator=torch.Generator().manual_seed(9 + (rank if tp > 1 else 0)))
+    lengths = dict(max_new_tokens=8, min_new_tokens=8 if tp > 1 else 0)
     before = whole_state(engine.module)
     plain.load_state_dict(before)
     plain.eval()
-    expected = plain.generate(input_ids=prompts, max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
+    expected = plain.generate(input_ids=prompts, do_sample=False, pad_token_id=0, **lengths).tolist()
+    own_modules = modules_and_counts(engine.module)
 
     engine.eval()
     calls_before = collectives(engine)
@@ -116,7 +133,13 @@ def main(stage, pin, out):
         engine(input_ids=prompts)  # one forward: each group gathered once
     forward_gathers = collectives(engine) - calls_before
     calls_before = collectives(engine)
-    greedy = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=False, pad_token_id=0).tolist()
+    attention = engine.module.model.layers[0].self_attn
+    seen = set()  # the projections' kinds while generate() runs (AutoTP's sliced layers with TP)
+    probe = attention.register_forward_pre_hook(
+        lambda m, args: seen.update(type(getattr(m, n)).__name__ for n in ("q_proj", "k_proj", "o_proj")))
+    greedy = engine.generate(input_ids=prompts, do_sample=False, pad_token_id=0, **lengths).tolist()
+    probe.remove()
+    modules_back = own_modules == modules_and_counts(engine.module)
     gathers = collectives(engine) - calls_before
     after = whole_state(engine.module)
     sampled = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=True, top_k=20, pad_token_id=0).tolist()
@@ -129,8 +152,11 @@ def main(stage, pin, out):
               "weights_unchanged": all(torch.equal(before[n], after[n]) for n in before),
               "gathers": gathers, "forward_gathers": forward_gathers,
               "params": sum(1 for _ in engine.module.parameters()),
-              "sampled_agree": all(s == everyone[0] for s in everyone), "losses": losses,
-              "fused_after": any(getattr(m, "fuse_lora", False) for m in engine.module.modules())}
+              # Sliced, each rank gets back its own rows (its prompts first); else every rank samples alike.
+              "sampled_agree": (all(row[:5] == p for row, p in zip(sampled, prompts.tolist())) if tp > 1 else
+                                all(s == everyone[0] for s in everyone)), "losses": losses,
+              "fused_after": any(getattr(m, "fuse_lora", False) for m in engine.module.modules()),
+              "modules_back": modules_back, "layers_seen": sorted(seen)}
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)

@@ -11,9 +11,9 @@ import dscpp
 from conftest import run_ranks
 
 
-def run(tmp_path, stage, pin):
+def run(tmp_path, stage, pin, tp=1):
     out = tmp_path / "result.json"
-    run_ranks(2, ["hybrid_engine.py", str(stage), "1" if pin else "0", str(out)])
+    run_ranks(2, ["hybrid_engine.py", str(stage), "1" if pin else "0", str(out), str(tp)])
     return json.loads(out.read_text())
 
 
@@ -35,6 +35,20 @@ def test_generate_gives_the_whole_models_tokens_and_leaves_the_weights(stage, pi
         assert result["gathers"] == 0, result  # ZeRO-2: the weights are whole already
 
 
+@pytest.mark.parametrize("stage", [3, 2])
+def test_inference_tp_size_generates_each_ranks_prompts_over_sliced_layers(stage, tmp_path):
+    """hybrid_engine.inference_tp_size 2 on 2 processes: the ranks' different prompts are generated as one batch over
+    the layers sliced between them (the fused LoRA q and v projections too), each rank getting the whole model's
+    tokens for its own prompts; afterwards the model's own modules and head counts are back, the weights unchanged
+    bit for bit, and training goes on."""
+    result = run(tmp_path, stage, True, tp=2)
+    assert result["layers_seen"] == ["LinearAllreduce", "LinearLayer"], result  # q (its LoRA fused), k; o
+    assert result["tokens_equal"], result
+    assert result["modules_back"] and result["weights_unchanged"] and not result["fused_after"], result
+    assert result["sampled_agree"], result  # each rank's rows are its own prompts'
+    assert len(result["losses"]) == 3 and all(loss == loss for loss in result["losses"]), result
+
+
 def _engine(**hybrid):
     model = torch.nn.Linear(4, 4)
     config = {"train_micro_batch_size_per_gpu": 1, "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
@@ -49,7 +63,8 @@ def test_a_model_without_generate_is_named():
 
 
 @pytest.mark.parametrize("hybrid,message", [
-    (dict(inference_tp_size=2), "hybrid_engine.inference_tp_size = 2: expected 1 .generating over a tensor-parallel"),
+    (dict(inference_tp_size=2, pin_parameters=False),
+     "hybrid_engine.inference_tp_size = 2: expected 1 when pin_parameters is false"),
     (dict(enable_cuda_graph=True), "hybrid_engine.enable_cuda_graph = true: not supported yet"),
     (dict(max_out_tokens=0), "hybrid_engine.max_out_tokens"),
     (dict(pin_paramters=False), "unknown config key 'hybrid_engine.pin_paramters'.*did you mean 'hybrid_engine.pin_parameters'"),

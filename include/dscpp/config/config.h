@@ -136,13 +136,16 @@ struct PipelineConfig {
 
 // "hybrid_engine": DeepSpeed's switch for generation inside training (DeepSpeed-Chat's actor). It changes only what a
 // training engine's generate() does, which the Python front end has (dscpp.runtime.hybrid_engine): with
-// pin_parameters, ZeRO-3 gathers every parameter once per generate() call instead of each block per forward.
+// pin_parameters, ZeRO-3 gathers every parameter once per generate() call instead of each block per forward; with
+// inference_tp_size > 1 each group of that many consecutive ranks generates their prompts together over the model's
+// layers sliced among them (AutoTP), each rank taking back its own rows.
 struct HybridEngineConfig {
   bool enabled = false;
   int64_t max_out_tokens = 512;          // accepted: it sizes DeepSpeed's inference kernels' workspace, not here
   bool pin_parameters = true;            // ZeRO-3: gather all parameters once per generate() (false: per forward)
   bool release_inference_cache = false;  // accepted either way: nothing gathered outlives a generate() call here
-  int64_t tp_gather_partition_size = 8;  // DeepSpeed's layers per gather with inference_tp_size > 1 (refused)
+  int64_t tp_gather_partition_size = 8;  // DeepSpeed's layers per gather with inference_tp_size > 1 (accepted)
+  int64_t inference_tp_size = 1;         // ranks per tensor-parallel generation group (needs pin_parameters)
 };
 
 struct Fp16Config {

@@ -17,16 +17,19 @@ call, so each token costs one matmul per layer, and unfused after (ZeRO-3 withou
 weights are not whole). The weights they change are copied first and copied back after, so training resumes on
 exactly the weights it had — an unfuse by subtraction would round them.
 
+With inference_tp_size > 1 (pin_parameters on), groups of that many consecutive ranks generate their prompts
+together over the layers sliced among them, each rank taking back its own rows (hybrid_tensor_parallel.py).
+
 As DeepSpeed's hybrid engine does, initialization gives every rank rank 0's random state (the GPU's under NCCL, the
 CPU's otherwise), so sampling draws the same numbers on every rank. Not here: DeepSpeed's inference kernels and their
-workspace (max_out_tokens, which sizes it, and release_inference_cache change nothing: nothing outlives a call), a
-tensor-parallel generation layout (inference_tp_size > 1 is refused)."""
+workspace (max_out_tokens, which sizes it, and release_inference_cache change nothing: nothing outlives a call)."""
 import contextlib
 
 import torch
 import torch.distributed as dist
 
 from ..engine import DeepSpeedEngine
+from . import hybrid_tensor_parallel
 
 
 def _share_random_state():
@@ -49,19 +52,39 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
         self.is_lora_fused = False
         self._lora_saved = []  # [(parameter, its data before the fuse)]
         _share_random_state()
+        # inference_tp_size > 1: this rank's group (torch.distributed's, and the C++ Comm the sliced layers use).
+        self._tp_group = self._tp_comm = None
+        tp_size = settings["inference_tp_size"]
+        if tp_size > 1:
+            if not dist.is_initialized():
+                raise ValueError(f"hybrid_engine.inference_tp_size {tp_size} needs torch.distributed (one process "
+                                 "has no group to slice the layers over)")
+            self._tp_group, self._tp_comm = hybrid_tensor_parallel.make_groups(tp_size)
 
     def generate(self, *inputs, **kwargs):
         """The model's generate (Hugging Face's), over weights gathered once for the call (see the module
         docstring)."""
         if not hasattr(self.module, "generate"):
             raise AttributeError(f"{type(self.module).__name__} has no generate method")
+        rows = None
+        if self._tp_group is not None:  # the group's prompts as one batch; this rank's rows come back
+            inputs, kwargs, first, count = hybrid_tensor_parallel.gather_prompts(self._tp_group, inputs, kwargs)
+            rows = slice(first, first + count)
         whole = self._whole_weights() if self.Z3_enabled and self.gather_all_layers else contextlib.nullcontext()
         with torch.no_grad(), whole:
             fuse = not self.Z3_enabled or self.gather_all_layers
             try:
                 if fuse:
                     self.fuse_lora_weight()
-                return self.module.generate(*inputs, **kwargs)
+                if rows is None:
+                    return self.module.generate(*inputs, **kwargs)
+                with hybrid_tensor_parallel.sliced(self.module, self._tp_comm, self._lora_modules()):
+                    output = self.module.generate(*inputs, **kwargs)
+                if not isinstance(output, torch.Tensor):
+                    raise ValueError("hybrid_engine.inference_tp_size > 1: generate returned "
+                                     f"{type(output).__name__}, not the tokens tensor this rank's rows are cut from "
+                                     "(return_dict_in_generate is not supported with it yet)")
+                return output[rows]
             finally:
                 if fuse:
                     self.unfuse_lora_weight()

@@ -668,7 +668,6 @@ int run(const Args& a) {
   const int rank = p.env.rank;
   auto dataset = std::make_shared<const gpt::TokenDataset>(a.data.empty() ? gpt::TokenDataset::default_corpus()
                                                                           : gpt::TokenDataset::from_file(a.data));
-  gpt::check_generation(a.generation, p.pp, p.sp, *dataset);
   const auto model_cfg = model_config(a, dataset->vocab_size());
   // 128 by default keeps the no-argument run to a minute or two on two cores; any length up to the block works.
   const int64_t seq_len = a.seq_len.value_or(std::min<int64_t>(model_cfg.block_size, 128));
@@ -681,6 +680,7 @@ int run(const Args& a) {
                                 std::to_string(p.sp) + " ranks");
   }
   const auto config = load_config(a, source, p.dp, model_cfg.n_embd);
+  gpt::check_generation(a.generation, p.pp, p.sp, config.sparse_attention.has_value(), *dataset, model_cfg);
   gpt::ProgressBar progress(a.steps, !a.no_progress && rank == 0);
   Trainer t = build_trainer(a, p, config, model_cfg, [&progress, rank](const std::string& line) {
     if (rank != 0) return;

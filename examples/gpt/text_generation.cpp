@@ -23,20 +23,32 @@ void add_generation_flags(CLI::App& app, TextGeneration& g) {
       ->check(CLI::Range(0.0, 1.0));
 }
 
-void check_generation(const TextGeneration& g, int pipeline_parallel, int sequence_parallel, const TokenDataset& data) {
+namespace {
+
+std::vector<int64_t> prompt_tokens(const std::string& text) {
+  std::vector<int64_t> tokens;
+  for (const char c : text) tokens.push_back(static_cast<unsigned char>(c));
+  return tokens;
+}
+
+}  // namespace
+
+void check_generation(const TextGeneration& g, int pipeline_parallel, int sequence_parallel, bool sparse_attention,
+                      const TokenDataset& data, const GptConfig& model) {
   if (g.prompt.empty()) return;
-  if (pipeline_parallel > 1 || sequence_parallel > 1) {
-    throw std::invalid_argument("--generate with --pipeline_parallel or --sequence_parallel is not supported yet");
+  if (pipeline_parallel > 1 || sequence_parallel > 1 || sparse_attention) {
+    throw std::invalid_argument("--generate with --pipeline_parallel, --sequence_parallel or sparse attention is not "
+                                "supported yet");
   }
   if (data.vocab_size() != TokenDataset::kByteVocabSize) {
     throw std::invalid_argument("--generate takes a text prompt, whose tokens are its bytes; this run's data is " +
                                 data.description() + ", which is not text");
   }
+  check_generate(model, {prompt_tokens(g.prompt)}, g.options);
 }
 
 void generate_text(const TextGeneration& g, uint64_t seed, GptImpl& model, dscpp::Engine& engine, int rank) {
-  std::vector<int64_t> prompt;
-  for (const char c : g.prompt) prompt.push_back(static_cast<unsigned char>(c));
+  const auto prompt = prompt_tokens(g.prompt);
   auto options = g.options;
   options.seed = seed;
   const auto tokens = generate(model, {prompt}, options,

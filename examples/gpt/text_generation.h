@@ -21,10 +21,11 @@ struct TextGeneration {
 // Registers --generate --max_new_tokens --temperature --top_k --top_p.
 void add_generation_flags(CLI::App& app, TextGeneration& generation);
 
-// Before training: std::invalid_argument where --generate cannot run — pipeline or sequence parallelism, data that
-// is not text bytes (a prompt is text) — so a run does not train only to fail at the end.
+// Before training: std::invalid_argument where --generate cannot run — pipeline or sequence parallelism, sparse
+// attention, data that is not text bytes (a prompt is text), what gpt::check_generate refuses (options, a prompt and
+// new tokens longer than the model's block) — so a run does not train only to fail at the end.
 void check_generation(const TextGeneration& generation, int pipeline_parallel, int sequence_parallel,
-                      const TokenDataset& data);
+                      bool sparse_attention, const TokenDataset& data, const GptConfig& model);
 
 // Every rank calls it (each forward is the engine's: collective under ZeRO-3 and tensor parallelism); sampling is
 // seeded with `seed`. Rank 0 prints {"prompt", "tokens" (the new ones), "text" (the new bytes)} on stdout.

@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "dscpp/activation/rng_state.h"
 #include "dscpp/checkpoint/checkpoint_dir.h"
@@ -371,6 +372,7 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
   std::vector<StateStore::Update> writes;
   torch::Tensor rng_state, cuda_rng_state;
   std::vector<torch::Tensor> module_values;  // per module_state entry: its saved value, or undefined (kept)
+  std::vector<torch::Tensor> shard_pieces;   // forward only: per entry, this rank's shard of a trained value
   std::vector<torch::Tensor> rank_state;     // per optimizer rank_state() entry: its saved value, or undefined (zeros)
   std::vector<torch::Tensor> replicated;     // per replicated_state() entry: its saved value, or undefined (kept)
   std::set<std::string> saved;  // the parameters the checkpoint has (all of this model's, when strict)
@@ -400,13 +402,16 @@ LoadedCheckpoint Checkpointer::load(const std::string& load_dir, const std::stri
       }
     }
     module_values = read_module_state(*checkpoint, (fs::path(loaded.path) / kManifestFile).string());
-    if (s_.forward_only) read_trained_into_frozen(*checkpoint, module_values);
+    if (s_.forward_only) read_trained_into_frozen(*checkpoint, module_values, shard_pieces);
   });
 
   // Commit: the master and optimizer state, then the compute-dtype weights from them, then what the manifest carries.
   commit_master_writes(writes);
   {
     torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < shard_pieces.size(); ++i) {
+      if (shard_pieces[i].defined()) s_.stage.write_frozen_shard(s_.module_state[i].tensor, shard_pieces[i]);
+    }
     for (size_t i = 0; i < module_values.size(); ++i) {
       if (!module_values[i].defined()) continue;
       const auto& tensor = s_.module_state[i].tensor;
@@ -550,20 +555,28 @@ std::vector<torch::Tensor> Checkpointer::read_module_state(CheckpointReader& che
   return out;
 }
 
-void Checkpointer::read_trained_into_frozen(CheckpointReader& checkpoint,
-                                            std::vector<torch::Tensor>& module_values) const {
+void Checkpointer::read_trained_into_frozen(CheckpointReader& checkpoint, std::vector<torch::Tensor>& module_values,
+                                            std::vector<torch::Tensor>& shard_pieces) const {
   std::set<std::string> trained;
   for (const auto& p : checkpoint.manifest().params) trained.insert(p.name);
+  shard_pieces.assign(s_.module_state.size(), torch::Tensor());
   for (size_t i = 0; i < s_.module_state.size(); ++i) {
     const auto& ours = s_.module_state[i];
     if (!ours.frozen || !trained.count(ours.name)) continue;
     const auto shape = module_shape(ours);
-    int64_t numel = 1;
+    int64_t begin = 0, numel = 1;
     for (const int64_t d : shape) numel *= d;
+    const auto range = s_.stage.frozen_shard_range(ours.tensor);
+    if (range) std::tie(begin, numel) = *range;
     auto master = torch::empty({numel}, torch::kFloat32);
-    checkpoint.read_range(kMasterKind, ours.name, 0, master, slice_of(ours.name));
-    // In the compute dtype at once: a rank holds the model's weights once more, not twice as many fp32 bytes.
-    module_values[i] = master.to(ours.tensor.scalar_type()).view(shape);
+    if (numel > 0) checkpoint.read_range(kMasterKind, ours.name, begin, master, slice_of(ours.name));
+    // In the compute dtype at once: a rank holds its weights once more, not twice as many fp32 bytes.
+    auto values = master.to(ours.tensor.scalar_type());
+    if (range) {
+      shard_pieces[i] = std::move(values);
+    } else {
+      module_values[i] = values.view(shape);
+    }
   }
 }
 

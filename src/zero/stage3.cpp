@@ -24,7 +24,6 @@
 #include <map>
 #include <stdexcept>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "dscpp/compat/torch_compat.h"
 #include "dscpp/offload/host_memory.h"
@@ -53,7 +52,10 @@ class Stage3 final : public ZeroStage {
       frozen_layout_ = std::make_unique<FlatLayout>(layout_params(frozen_names_, frozen_, frozen_kinds_),
                                                     ctx_.comm->world_size(), std::numeric_limits<int64_t>::max());
     }
-    match_prepartitioned(model.prepartitioned);
+    auto match = match_prepartitioned(params_, kinds_, frozen_, placement_.kind_name.size(), model.prepartitioned);
+    prepartitioned_of_kind_ = std::move(match.of_kind);
+    regrouped_of_ = std::move(match.regrouped_of);
+    regrouped_left_ = std::move(match.regrouped_left);
     const auto& front = params_.empty() ? frozen_.front() : params_.front();
     dtype_ = front.scalar_type();
     device_ = front.device();
@@ -246,20 +248,29 @@ class Stage3 final : public ZeroStage {
   void write_frozen(const torch::Tensor& param, const torch::Tensor& value) override {
     auto it = frozen_slot_.find(param.unsafeGetTensorImpl());
     if (it == frozen_slot_.end()) return ZeroStage::write_frozen(param, value);
-    if (in_micro_step_) {
-      throw std::logic_error("ZeRO-3: a frozen parameter was written between a forward and its backward");
-    }
-    torch::NoGradGuard no_grad;
-    auto& gathered = groups_[trained_groups_ + frozen_layout_->slots()[it->second].group];
-    if (const auto mine = frozen_layout_->fragment_of(it->second, ctx_.comm->rank())) {
-      gathered.write_shard(offset_in_shard(*frozen_layout_, *mine),
-                           value.reshape({-1}).narrow(0, mine->param_begin, mine->numel));
-    }
-    gathered.drop_secondary();  // on every rank: hpZ's parts of it are other ranks' too
+    const auto mine = frozen_layout_->fragment_of(it->second, ctx_.comm->rank());
+    auto& gathered = write_own_piece(it->second, mine ? value.reshape({-1}).narrow(0, mine->param_begin, mine->numel)
+                                                      : torch::Tensor());
     if (gathered.state() != GatheredGroup::State::kSharded) {
       gathered.wait_gathered(*ctx_.comm);
+      torch::NoGradGuard no_grad;
       param.copy_(value.reshape(param.sizes()));
     }
+  }
+
+  // A partitioned frozen parameter that stays sharded between uses: this rank's elements of it (none: {0, 0}).
+  std::optional<std::pair<int64_t, int64_t>> frozen_shard_range(const torch::Tensor& param) const override {
+    auto it = frozen_slot_.find(param.unsafeGetTensorImpl());
+    if (it == frozen_slot_.end()) return std::nullopt;
+    const int g = trained_groups_ + frozen_layout_->slots()[it->second].group;
+    if (persistent(g) || groups_[g].state() != GatheredGroup::State::kSharded) return std::nullopt;
+    const auto mine = frozen_layout_->fragment_of(it->second, ctx_.comm->rank());
+    return mine ? std::make_pair(mine->param_begin, mine->numel) : std::make_pair<int64_t, int64_t>(0, 0);
+  }
+
+  void write_frozen_shard(const torch::Tensor& param, const torch::Tensor& values) override {
+    if (!frozen_shard_range(param)) throw std::logic_error("ZeRO-3 write_frozen_shard: not a frozen shard");
+    write_own_piece(frozen_slot_.at(param.unsafeGetTensorImpl()), values.reshape({-1}));
   }
 
   StageMemory memory() const override {
@@ -345,46 +356,6 @@ class Stage3 final : public ZeroStage {
     // Frozen alone is a model held for its forward (InitOptions::forward_only, or a model frozen throughout).
     if (params_.empty() && frozen_.empty()) throw std::invalid_argument("ZeRO-3: the model has no parameters");
     units_ = std::move(model.units);
-  }
-
-  // A unit built partitioned whose parameters are exactly the group this stage forms for them is adopted as it is:
-  // its shard moves into the partition. One regrouped since — a persistence threshold that now keeps its parameters
-  // whole, a leaf module that joins it with others, a parameter reassigned to another module — is gathered whole
-  // when the first group holding one of its parameters is built, and partitioned like any whole parameter.
-  void match_prepartitioned(const std::vector<PrepartitionedUnit>& prepartitioned) {
-    std::unordered_map<const c10::TensorImpl*, size_t> index_of;
-    for (size_t i = 0; i < params_.size(); ++i) index_of.emplace(params_[i].unsafeGetTensorImpl(), i);
-    std::unordered_set<const c10::TensorImpl*> partitioned;  // trainable and frozen
-    for (const auto& p : params_) partitioned.insert(p.unsafeGetTensorImpl());
-    for (const auto& p : frozen_) partitioned.insert(p.unsafeGetTensorImpl());
-    prepartitioned_of_kind_.assign(placement_.kind_name.size(), -1);
-    regrouped_left_.assign(prepartitioned.size(), 0);
-    for (size_t k = 0; k < prepartitioned.size(); ++k) {
-      const auto& pre = prepartitioned[k];
-      if (pre.params.empty()) continue;
-      std::vector<const c10::TensorImpl*> built;
-      for (const auto& p : pre.params) built.push_back(p.unsafeGetTensorImpl());
-      if (auto first = index_of.find(built.front()); first != index_of.end()) {
-        const int kind = kinds_[first->second];
-        if (kind >= 1 && prepartitioned_of_kind_[kind] < 0) {
-          std::vector<const c10::TensorImpl*> grouped;
-          for (size_t i = 0; i < params_.size(); ++i) {
-            if (kinds_[i] == kind) grouped.push_back(params_[i].unsafeGetTensorImpl());
-          }
-          if (grouped == built) {
-            prepartitioned_of_kind_[kind] = static_cast<int>(k);
-            continue;
-          }
-        }
-      }
-      // A unit holding frozen parameters is regrouped (its frozen ones have a group of their own). Parameters no
-      // longer in the model (reassigned away) are left as they are: nothing reaches them.
-      for (const auto* p : built) {
-        if (!partitioned.count(p)) continue;
-        regrouped_of_.emplace(p, static_cast<int>(k));
-        ++regrouped_left_[k];
-      }
-    }
   }
 
   // Kind 0 is the persistent group: gathered exact (StageContext::quantized_weights).
@@ -492,7 +463,7 @@ class Stage3 final : public ZeroStage {
         shard.copy_(pre.shard);
         pre.shard = torch::Tensor();
         GatheredGroup out(name, pre.buffer, shard, GatheredGroup::State::kSharded, wire);
-        out.hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned)
+        out.hold(pre.params, pre.views);  // the same parameters in the same order (match_prepartitioned, group_placement.h)
         if (ctx_.hpz_comm && kind != 0) out.keep_secondary_over(ctx_.hpz_comm);
         return out;
       }
@@ -536,6 +507,19 @@ class Stage3 final : public ZeroStage {
                             groups_[g].read_shard(offset_in_shard(*frozen_layout_, f), out);
                           });
   }
+  // Frozen slot `slot`'s elements this rank keeps (`piece`; ignored where it keeps none) into its shard; hpZ's
+  // secondary copy, which holds other ranks' parts too, is dropped on every rank. Its group.
+  GatheredGroup& write_own_piece(int slot, const torch::Tensor& piece) {
+    if (in_micro_step_) throw std::logic_error("ZeRO-3: a frozen parameter was written between a forward and its backward");
+    auto& gathered = groups_[trained_groups_ + frozen_layout_->slots()[slot].group];
+    if (const auto mine = frozen_layout_->fragment_of(slot, ctx_.comm->rank()); mine && piece.defined()) {
+      torch::NoGradGuard no_grad;
+      gathered.write_shard(offset_in_shard(*frozen_layout_, *mine), piece);
+    }
+    gathered.drop_secondary();
+    return gathered;
+  }
+
   int64_t offset_in_shard(const FlatLayout& layout, const ShardFragment& f) const {
     const int group = layout.slots()[f.slot].group;
     return layout.partition_offset(f, ctx_.comm->rank()) - layout.groups()[group].partition_offset;

@@ -156,8 +156,10 @@ TEST(GptGeneration, BadInputIsNamed) {
   fails({}, o, "no prompts");
   fails({{1, 2}, {}}, o, "prompt 1 is empty");
   fails({{1, 53}}, o, "holds token 53, outside the vocabulary [0, 53)");
+  o.max_new_tokens = 21;  // the last new token is never fed back: 5 + 20 positions
+  fails({{1, 2, 3, 4, 5}}, o, "need 25 positions, more than block_size 24");
   o.max_new_tokens = 20;
-  fails({{1, 2, 3, 4, 5}}, o, "exceed block_size 24");
+  EXPECT_EQ(generate(*model, {{1, 2, 3, 4, 5}}, o)[0].size(), 20u);  // exactly block_size positions
   o.max_new_tokens = 4;
   o.top_p = 0;
   fails({{1}}, o, "top_p must be in (0, 1]");

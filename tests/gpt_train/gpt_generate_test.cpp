@@ -6,6 +6,7 @@
 
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../common/multiprocess.h"
@@ -66,10 +67,19 @@ TEST(GptTrainGenerate, LayoutsItCannotRunAreRefusedBeforeTraining) {
                                "OMP_NUM_THREADS=1 DEEPSPEED_TIMEOUT=5");
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(ranks[r].code, 1);
-    EXPECT_NE(ranks[r].err.find("--generate with --pipeline_parallel or --sequence_parallel is not supported yet"),
+    EXPECT_NE(ranks[r].err.find("--generate with --pipeline_parallel, --sequence_parallel or sparse attention is not "
+                                "supported yet"),
               std::string::npos)
         << ranks[r].err;
     EXPECT_EQ(ranks[r].err.find("step 1"), std::string::npos) << "it trained first:\n" << ranks[r].err;
+  }
+  // What generation itself would refuse is refused before training too.
+  for (const auto& [flags, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--top_p 0", "top_p must be in (0, 1]"}, {"--max_new_tokens 5000", "more than block_size"}}) {
+    const auto one = run_ranks(1, kGptTrain + "--steps 2 --generate x " + flags, "OMP_NUM_THREADS=1");
+    EXPECT_EQ(one[0].code, 1) << flags;
+    EXPECT_NE(one[0].err.find(message), std::string::npos) << flags << ":\n" << one[0].err;
+    EXPECT_EQ(one[0].err.find("step 1"), std::string::npos) << flags << ": it trained first";
   }
 }
 

@@ -142,7 +142,20 @@ def main(stage, pin, out, tp="1"):
     modules_back = own_modules == modules_and_counts(engine.module)
     gathers = collectives(engine) - calls_before
     after = whole_state(engine.module)
-    sampled = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=True, top_k=20, pad_token_id=0).tolist()
+    if tp > 1:
+        # The ranks' random states part here on purpose (as dropout on batches of other shapes would part them): at
+        # the call the group's first rank gives its state to the others, so the group samples its batch as the whole
+        # model does from that state.
+        everyone_prompts = [None] * dist.get_world_size()
+        dist.all_gather_object(everyone_prompts, prompts.tolist())
+        torch.manual_seed(1000)  # rank 0's state at the call
+        reference = plain.generate(input_ids=torch.tensor(sum(everyone_prompts, [])), do_sample=True, top_k=20,
+                                   pad_token_id=0, **lengths).tolist()[2 * rank:2 * rank + 2]
+        torch.manual_seed(1000 + rank)
+        sampled = engine.generate(input_ids=prompts, do_sample=True, top_k=20, pad_token_id=0, **lengths).tolist()
+    else:
+        sampled = engine.generate(input_ids=prompts, max_new_tokens=8, do_sample=True, top_k=20,
+                                  pad_token_id=0).tolist()
     everyone = [None] * dist.get_world_size()
     dist.all_gather_object(everyone, sampled)
     engine.train()
@@ -152,9 +165,10 @@ def main(stage, pin, out, tp="1"):
               "weights_unchanged": all(torch.equal(before[n], after[n]) for n in before),
               "gathers": gathers, "forward_gathers": forward_gathers,
               "params": sum(1 for _ in engine.module.parameters()),
-              # Sliced, each rank gets back its own rows (its prompts first); else every rank samples alike.
-              "sampled_agree": (all(row[:5] == p for row, p in zip(sampled, prompts.tolist())) if tp > 1 else
-                                all(s == everyone[0] for s in everyone)), "losses": losses,
+              # Sliced, each rank's rows are the whole model's sampling of the group's batch from the group's first
+              # rank's state; else every rank samples alike.
+              "sampled_agree": sampled == reference if tp > 1 else all(s == everyone[0] for s in everyone),
+              "losses": losses,
               "fused_after": any(getattr(m, "fuse_lora", False) for m in engine.module.modules()),
               "modules_back": modules_back, "layers_seen": sorted(seen)}
     if rank == 0:

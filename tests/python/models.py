@@ -1,5 +1,6 @@
 """Models for the Python front end's tests, in plain PyTorch: a small GPT-2-shaped decoder (tied embedding and head,
-learned positions, pre-LayerNorm, causal attention) and torchvision's resnet18 (BatchNorm buffers)."""
+learned positions, pre-LayerNorm, causal attention), torchvision's resnet18 (BatchNorm buffers), and TiedModel (a
+tied pair, BatchNorm, a non-persistent buffer)."""
 import math
 
 import torch
@@ -104,3 +105,18 @@ def global_batches(kind, steps, global_batch, seed=1):
 def chunk(batch, index, size):
     """Micro-batch `index` of `size` samples from a global batch."""
     return tuple(t[index * size:(index + 1) * size] for t in batch)
+
+
+class TiedModel(torch.nn.Module):
+    """An embedding and a head sharing one weight (GPT-2's tie), and a persistent and a non-persistent buffer."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(32, 8)
+        self.norm = torch.nn.BatchNorm1d(8)
+        self.head = torch.nn.Linear(8, 32, bias=False)
+        self.head.weight = self.embed.weight
+        self.register_buffer("scratch", torch.zeros(3), persistent=False)
+
+    def forward(self, ids):
+        return torch.nn.functional.cross_entropy(self.head(self.norm(self.embed(ids))), ids)

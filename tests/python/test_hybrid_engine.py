@@ -39,13 +39,14 @@ def test_generate_gives_the_whole_models_tokens_and_leaves_the_weights(stage, pi
 def test_inference_tp_size_generates_each_ranks_prompts_over_sliced_layers(stage, tmp_path):
     """hybrid_engine.inference_tp_size 2 on 2 processes: the ranks' different prompts are generated as one batch over
     the layers sliced between them (the fused LoRA q and v projections too), each rank getting the whole model's
-    tokens for its own prompts; afterwards the model's own modules and head counts are back, the weights unchanged
+    tokens for its own prompts, greedy, and sampled from the group's first rank's random state though the ranks'
+    states differ; afterwards the model's own modules and head counts are back, the weights unchanged
     bit for bit, and training goes on."""
     result = run(tmp_path, stage, True, tp=2)
     assert result["layers_seen"] == ["LinearAllreduce", "LinearLayer"], result  # q (its LoRA fused), k; o
     assert result["tokens_equal"], result
     assert result["modules_back"] and result["weights_unchanged"] and not result["fused_after"], result
-    assert result["sampled_agree"], result  # each rank's rows are its own prompts'
+    assert result["sampled_agree"], result  # the group samples as one, from its first rank's state at the call
     assert len(result["losses"]) == 3 and all(loss == loss for loss in result["losses"]), result
 
 

@@ -11,18 +11,8 @@ import pytest
 import torch
 
 import dscpp
-from models import make_model
-from training import ReferenceAdam, ds_config
-
-
-def config(**overrides):
-    c = ds_config(stage=0, grad_accum=1, world=1)
-    c.update(overrides)
-    return c
-
-
-def tokens(n=4):
-    return torch.randint(0, 64, (n, 16), generator=torch.Generator().manual_seed(3))
+from models import TiedModel, make_model
+from training import ReferenceAdam, ds_config, one_process_config as config, tokens
 
 
 def test_the_seed_scripts_loop_runs_and_reports_what_deepspeed_reports():
@@ -473,171 +463,6 @@ def test_a_client_scheduler_without_a_client_optimizer_or_beside_a_config_schedu
         dscpp.initialize(model=model, optimizer=optimizer, lr_scheduler=scheduler, config=c)
 
 
-def test_deepspeed_cpu_adam_steps_as_torch_adamw_and_is_taken_by_initialize():
-    from dscpp.ops.adam import DeepSpeedCPUAdam
-    torch.manual_seed(0)
-    ours_p = torch.nn.Parameter(torch.randn(1000))
-    ref_p = torch.nn.Parameter(ours_p.detach().clone())
-    ours = DeepSpeedCPUAdam([ours_p], lr=1e-2, weight_decay=0.1)
-    ref = torch.optim.AdamW([ref_p], lr=1e-2, weight_decay=0.1)
-    for step in range(5):
-        grad = torch.randn(1000, generator=torch.Generator().manual_seed(step))
-        ours_p.grad, ref_p.grad = grad.clone(), grad.clone()
-        ours.step()
-        ref.step()
-    # The SIMD path this CPU has (AVX-512 or AVX2, or scalar), against torch's arithmetic.
-    assert torch.allclose(ours_p, ref_p, rtol=1e-6, atol=1e-7), (ours.simd_path, (ours_p - ref_p).abs().max())
-    model = make_model("gpt")
-    c = config()
-    del c["optimizer"]
-    engine, optimizer, _, _ = dscpp.initialize(model=model, optimizer=DeepSpeedCPUAdam(model.parameters(), lr=2e-3),
-                                               config=c)
-    assert engine.config["optimizer"]["type"] == "Adam" and engine.config["optimizer"]["params"]["adam_w_mode"]
-    assert engine.get_lr() == [pytest.approx(2e-3)]
-    with pytest.raises(RuntimeError, match="does not support amsgrad"):
-        DeepSpeedCPUAdam(model.parameters(), amsgrad=True)
-
-
-@pytest.mark.parametrize("kind", ["adagrad", "lion"])
-def test_deepspeed_cpu_adagrad_and_lion_step_as_the_engines_own(kind):
-    # Hugging Face Accelerate swaps an offloaded torch Adagrad (or bitsandbytes Lion) for these and passes it to
-    # initialize: the engine runs its own Adagrad / Lion with the same settings, and trains as the class itself does
-    # in a plain loop (two implementations of each: the class in Python, the engine's flat one in C++).
-    from dscpp.ops.adagrad import DeepSpeedCPUAdagrad
-    from dscpp.ops.lion import DeepSpeedCPULion
-
-    def make(params):
-        if kind == "adagrad":
-            return DeepSpeedCPUAdagrad(params, lr=1e-2, eps=1e-8, weight_decay=0.01)
-        return DeepSpeedCPULion(params, lr=1e-3, betas=(0.8, 0.95), weight_decay=0.1)
-
-    batches = [torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(s)) for s in range(3)]
-    torch.manual_seed(0)
-    plain = make_model("gpt")
-    torch.manual_seed(0)
-    model = make_model("gpt")
-    optimizer = make(plain.parameters())
-    for batch in batches:
-        plain(batch).backward()
-        for p in plain.parameters():  # the engine steps every parameter, one the loss does not reach at gradient 0
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
-        optimizer.step()
-        optimizer.zero_grad()
-    c = config(gradient_clipping=0)
-    del c["optimizer"]
-    engine, _, _, _ = dscpp.initialize(model=model, optimizer=make(model.parameters()), config=c)
-    assert engine.config["optimizer"]["type"] == {"adagrad": "Adagrad", "lion": "Lion"}[kind]
-    for batch in batches:
-        engine.backward(engine(batch))
-        engine.step()
-    for (name, a), b in zip(model.named_parameters(), plain.parameters()):
-        assert torch.allclose(a, b, rtol=0, atol=1e-6), (name, (a - b).abs().max())
-    torch.manual_seed(0)
-    initial = make_model("gpt")
-    assert not any(torch.equal(a, b) for a, b in zip(plain.parameters(), initial.parameters()))  # all of it trained
-
-
-def expect_set_up_step_then_training(engine, model):
-    """A 1-bit optimizer's first step is DeepSpeed's set-up step (nothing moves); the next one moves every weight."""
-    before = [p.detach().clone() for p in model.parameters()]
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
-    engine.backward(engine(tokens()))
-    engine.step()
-    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
-
-
-def test_onebit_adam_by_its_deepspeed_name_is_the_engines_one_bit_adam():
-    # deepspeed.runtime.fp16.onebit.adam.OnebitAdam, passed as the client optimizer: the engine runs its 1-bit Adam
-    # with the same settings. Its first step is DeepSpeed's set-up step (nothing moves); the next one trains.
-    from dscpp.runtime.fp16.onebit import OnebitAdam
-
-    model = make_model("gpt")
-    c = config(gradient_clipping=0)
-    del c["optimizer"]
-    optimizer = OnebitAdam(model.parameters(), lr=2e-3, freeze_step=5, weight_decay=0.01, bias_correction=False)
-    engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
-    section = engine.config["optimizer"]
-    assert section["type"] == "OneBitAdam"
-    assert section["params"]["freeze_step"] == 5 and section["params"]["lr"] == pytest.approx(2e-3)
-    expect_set_up_step_then_training(engine, model)
-    with pytest.raises(RuntimeError, match="runs inside the engine"):
-        optimizer.step()
-    with pytest.raises(ValueError, match="comm_backend_name 'mpi'"):
-        OnebitAdam(model.parameters(), comm_backend_name="mpi")
-    with pytest.raises(RuntimeError, match="AMSGrad"):
-        OnebitAdam(model.parameters(), amsgrad=True)
-
-
-def test_zero_one_adam_by_its_deepspeed_name_is_the_engines_zero_one_adam():
-    from dscpp.runtime.fp16.onebit import ZeroOneAdam
-
-    model = make_model("gpt")
-    c = config(gradient_clipping=0)
-    del c["optimizer"]
-    optimizer = ZeroOneAdam(model.parameters(), lr=2e-3, var_freeze_step=5, local_step_scaler=10, weight_decay=0.01)
-    engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
-    section = engine.config["optimizer"]
-    assert section["type"] == "ZeroOneAdam"
-    assert section["params"]["var_freeze_step"] == 5 and section["params"]["local_step_scaler"] == 10
-    before = [p.detach().clone() for p in model.parameters()]
-    for _ in range(2):  # the set-up step, then one that trains
-        engine.backward(engine(tokens()))
-        engine.step()
-    assert not any(torch.equal(a, b) for a, b in zip(model.parameters(), before))
-    with pytest.raises(ValueError, match="deepspeed= is the engine's"):
-        ZeroOneAdam(model.parameters(), deepspeed=engine)
-
-
-def test_lamb_by_its_deepspeed_names_is_the_engines_lamb():
-    # deepspeed.ops.lamb.FusedLamb as the client optimizer trains as the config's "Lamb" with the same settings, bit
-    # for bit; OnebitLamb becomes "OneBitLamb", whose first step is DeepSpeed's set-up step.
-    from dscpp.ops.lamb import FusedLamb
-    from dscpp.runtime.fp16.onebit import OnebitLamb
-
-    def run(client):
-        torch.manual_seed(0)
-        model = make_model("gpt")
-        c = config(gradient_clipping=0)
-        if client:
-            del c["optimizer"]
-            optimizer = FusedLamb(model.parameters(), lr=1e-2, weight_decay=0.01, max_coeff=5.0)
-        else:
-            c["optimizer"] = {"type": "Lamb", "params": {"lr": 1e-2, "weight_decay": 0.01, "max_coeff": 5.0}}
-            optimizer = None
-        engine, _, _, _ = dscpp.initialize(model=model, optimizer=optimizer, config=c)
-        assert engine.config["optimizer"]["type"] == "Lamb"
-        for s in range(3):
-            engine.backward(engine(tokens()))
-            engine.step()
-        return [p.detach().clone() for p in model.parameters()], optimizer
-
-    ours, optimizer = run(True)
-    theirs, _ = run(False)
-    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
-    torch.manual_seed(0)
-    assert not any(torch.equal(a, b) for a, b in zip(ours, make_model("gpt").parameters()))
-    with pytest.raises(RuntimeError, match="runs inside the engine"):
-        optimizer.step()
-    with pytest.raises(ValueError, match="max_grad_norm"):
-        FusedLamb(make_model("gpt").parameters(), max_grad_norm=1.0)
-
-    model = make_model("gpt")
-    c = config(gradient_clipping=0)
-    del c["optimizer"]
-    onebit = OnebitLamb(model.parameters(), lr=1e-2, freeze_step=5, weight_decay=0.01, coeff_beta=0.8,
-                        factor_max=3.0)
-    engine, _, _, _ = dscpp.initialize(model=model, optimizer=onebit, config=c)
-    params = engine.config["optimizer"]["params"]
-    assert engine.config["optimizer"]["type"] == "OneBitLamb"
-    assert params["freeze_step"] == 5 and params["coeff_beta"] == 0.8 and params["factor_max"] == 3.0
-    expect_set_up_step_then_training(engine, model)
-    with pytest.raises(ValueError, match="eps_inside_sqrt"):
-        OnebitLamb(model.parameters(), eps_inside_sqrt=True)
-
-
 def test_compile_compiles_the_modules_forward_at_zero_0_to_2():
     # Accelerate calls engine.compile(backend=..., compile_kwargs=...) when dynamo is on. The "eager" backend runs
     # the captured graph as is: the same losses as without compile, and the module's forward is the compiled one.
@@ -787,21 +612,6 @@ def test_backward_with_scale_wrt_gas_false_takes_the_loss_as_divided_by_the_call
     assert all(torch.equal(a, b) for a, b in zip(*weights))
 
 
-class TiedModel(torch.nn.Module):
-    """An embedding and a head sharing one weight (GPT-2's tie), and a persistent and a non-persistent buffer."""
-
-    def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(32, 8)
-        self.norm = torch.nn.BatchNorm1d(8)
-        self.head = torch.nn.Linear(8, 32, bias=False)
-        self.head.weight = self.embed.weight
-        self.register_buffer("scratch", torch.zeros(3), persistent=False)
-
-    def forward(self, ids):
-        return torch.nn.functional.cross_entropy(self.head(self.norm(self.embed(ids))), ids)
-
-
 def test_zero3_consolidated_state_dict_is_the_modules_whole_state_dict():
     """_zero3_consolidated_16bit_state_dict (Accelerate's get_state_dict and the Trainer's save_model under ZeRO-3):
     the keys and whole values of the module's state_dict as a ZeRO-0 run of the same steps has them, the tied weight
@@ -866,74 +676,6 @@ def test_a_zero3_model_called_by_itself_evaluates_as_through_the_engine():
     engine.backward(engine(ids))  # the engine trains on afterwards
     engine.step()
     assert engine.global_steps == 2
-
-
-@pytest.mark.parametrize("stage", [0, 3])
-def test_without_an_optimizer_the_engine_runs_forward_only(stage):
-    """initialize(model, config) with no optimizer and no "optimizer" section (TRL's reference model): the optimizer
-    returned is None, the forward gives the module's own outputs (ZeRO-3: partitioned, gathered per forward), and
-    backward and step are refused naming why; a "scheduler" section with nothing to schedule is an error."""
-    torch.manual_seed(4)
-    model = TiedModel()
-    plain = copy.deepcopy(model).eval()
-    engine, optimizer, _, scheduler = dscpp.initialize(model=model, config={
-        "train_micro_batch_size_per_gpu": 6, "zero_optimization": {"stage": stage}})
-    assert optimizer is None and scheduler is None and engine.optimizer is None
-    assert "optimizer" not in engine.config
-    engine.eval()
-    ids = torch.randint(0, 32, (6,), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        assert torch.equal(engine(ids), plain(ids))
-    loss = engine(ids)
-    with pytest.raises(RuntimeError, match="initialized without an optimizer"):
-        engine.backward(loss)
-    with pytest.raises(RuntimeError, match="initialized without an optimizer"):
-        engine.step()
-    with pytest.raises(ValueError, match="no optimizer for it to schedule"):
-        dscpp.initialize(model=TiedModel(), config={"train_micro_batch_size_per_gpu": 6, "scheduler": {
-            "type": "WarmupLR", "params": {"warmup_num_steps": 2}}})
-    with pytest.raises(ValueError, match="no optimizer for it to schedule"):
-        dscpp.initialize(model=TiedModel(), config={"train_micro_batch_size_per_gpu": 6},
-                         lr_scheduler=lambda optimizer: torch.optim.lr_scheduler.StepLR(optimizer, 1))
-
-
-@pytest.mark.parametrize("stage", [0, 2, 3])
-def test_a_forward_only_engine_holds_only_the_weights_and_loads_a_trained_checkpoint(stage, tmp_path):
-    """TRL's reference model (stage 0 below ZeRO-3) and the Trainer's evaluation from a checkpoint: an engine
-    initialized without an optimizer holds the weights in the compute dtype and nothing for training — no gradient
-    buffer, fp32 master or optimizer state — and load_checkpoint puts a training run's trained weights into it (each
-    its fp32 master rounded, as the training run's own weights are): its outputs are the trained engine's, bit for
-    bit."""
-    config = {"train_micro_batch_size_per_gpu": 6, "bf16": {"enabled": True}}
-    torch.manual_seed(4)
-    training, _, _, _ = dscpp.initialize(model=TiedModel(), config={
-        **config, "zero_optimization": {"stage": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-2}}})
-    ids = torch.randint(0, 32, (6,), generator=torch.Generator().manual_seed(0))
-    for _ in range(3):
-        training.backward(training(ids))
-        training.step()
-    training.save_checkpoint(str(tmp_path))
-    training.eval()
-    with torch.no_grad():
-        want = training(ids)
-    training.destroy()
-
-    torch.manual_seed(5)  # other values: every weight must come from the checkpoint
-    model = TiedModel()
-    whole = sum(p.numel() * 2 for p in model.parameters())  # bf16, the tied weight once
-    engine, optimizer, _, _ = dscpp.initialize(model=model, config={**config, "zero_optimization": {"stage": stage}})
-    assert optimizer is None
-    memory = engine.memory()
-    assert memory["grads"] + memory["master"] + memory["optimizer_state"] <= 16, memory  # the empty layout's padding
-    if stage < 3:
-        assert memory["frozen"] == whole and memory["params"] <= whole + 16, memory
-        assert all(p.dtype == torch.bfloat16 for p in model.parameters())
-    engine.load_checkpoint(str(tmp_path))
-    assert engine.global_steps == 3
-    engine.eval()
-    with torch.no_grad():
-        got = engine(ids)
-    assert torch.equal(got, want), (got, want)
 
 
 def test_a_scheduler_callable_over_the_config_optimizer_sets_each_steps_lr():

@@ -72,6 +72,18 @@ def ds_config(stage, grad_accum, world, dtype="fp32"):
     return config
 
 
+def one_process_config(**overrides):
+    """ds_config for one process at ZeRO-0 without accumulation, with `overrides` on top."""
+    c = ds_config(stage=0, grad_accum=1, world=1)
+    c.update(overrides)
+    return c
+
+
+def tokens(n=4):
+    """A fixed batch of n sequences of 16 tokens for make_model("gpt")."""
+    return torch.randint(0, 64, (n, 16), generator=torch.Generator().manual_seed(3))
+
+
 def engine_losses(kind, stage, grad_accum, world, rank, steps, dtype="fp32", prepare=None, configure=None,
                   zero_init=False, grouped=False):
     """The engine's per-step losses. `zero_init`: the model is built inside dscpp.zero.Init (partitioned);

@@ -40,9 +40,8 @@ torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p) {
   return logits;
 }
 
-std::vector<std::vector<int64_t>> generate(GptImpl& model, const std::vector<std::vector<int64_t>>& prompts,
-                                           const GenerateOptions& options, const CachedForward& forward) {
-  const auto& config = model.config();
+void check_generate(const GptConfig& config, const std::vector<std::vector<int64_t>>& prompts,
+                    const GenerateOptions& options) {
   const int64_t vocab = config.data_vocab_size > 0 ? config.data_vocab_size : config.vocab_size;
   check_options(options, vocab);
   if (prompts.empty()) throw std::invalid_argument("generate: no prompts");
@@ -58,11 +57,23 @@ std::vector<std::vector<int64_t>> generate(GptImpl& model, const std::vector<std
     }
     longest = std::max(longest, prompts[r].size());
   }
-  if (static_cast<int64_t>(longest) + options.max_new_tokens > config.block_size) {
-    throw std::invalid_argument("generate: the longest prompt (" + std::to_string(longest) + " tokens) + " +
-                                std::to_string(options.max_new_tokens) + " new tokens exceed block_size " +
+  // The last new token is never fed back: the positions run are the prompt's and all new tokens but the last.
+  const int64_t positions = static_cast<int64_t>(longest) + std::max<int64_t>(options.max_new_tokens - 1, 0);
+  if (positions > config.block_size) {
+    throw std::invalid_argument("generate: the longest prompt (" + std::to_string(longest) + " tokens) and " +
+                                std::to_string(options.max_new_tokens) + " new tokens need " +
+                                std::to_string(positions) + " positions, more than block_size " +
                                 std::to_string(config.block_size));
   }
+}
+
+std::vector<std::vector<int64_t>> generate(GptImpl& model, const std::vector<std::vector<int64_t>>& prompts,
+                                           const GenerateOptions& options, const CachedForward& forward) {
+  check_generate(model.config(), prompts, options);
+  const auto& config = model.config();
+  const int64_t vocab = config.data_vocab_size > 0 ? config.data_vocab_size : config.vocab_size;
+  size_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
   const auto device = model.wte->weight.device();
   const int64_t B = static_cast<int64_t>(prompts.size()), T = static_cast<int64_t>(longest);
   auto idx = torch::zeros({B, T}, torch::kLong);

@@ -30,14 +30,18 @@ struct GenerateOptions {
 // remove set to -inf (the most likely token always stays). Exposed for its tests.
 torch::Tensor filter_logits(torch::Tensor logits, int64_t top_k, double top_p);
 
+// What generate() refuses, checked alone (a program can check before it trains): std::invalid_argument for an
+// empty prompt, a token outside the data's vocabulary, more positions than block_size, or options out of range.
+void check_generate(const GptConfig& config, const std::vector<std::vector<int64_t>>& prompts,
+                    const GenerateOptions& options);
+
 // One forward of generation: the model's forward_cached, or the same inside an engine's forward (ZeRO-3 gathers
 // each block in it, and releases them when the forward ends).
 using CachedForward = std::function<torch::Tensor(const torch::Tensor& idx, const torch::Tensor& valid, KvCache&)>;
 
 // Each prompt's new tokens (at most max_new_tokens; up to and including eos_token). Prompts may differ in length
 // (left padded together). The model runs in eval mode without gradients and is put back as it was. `forward`
-// defaults to model.forward_cached. std::invalid_argument for an empty prompt, a token outside the data's
-// vocabulary, more positions than block_size, or options out of range, naming them.
+// defaults to model.forward_cached. std::invalid_argument as check_generate says, naming what is wrong.
 std::vector<std::vector<int64_t>> generate(GptImpl& model, const std::vector<std::vector<int64_t>>& prompts,
                                            const GenerateOptions& options, const CachedForward& forward = {});
 

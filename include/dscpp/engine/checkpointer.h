@@ -168,9 +168,11 @@ class Checkpointer {
   std::vector<torch::Tensor> read_replicated_state(CheckpointReader& checkpoint) const;
   // Each module_state entry's saved value (undefined: the checkpoint has none, it keeps its own).
   std::vector<torch::Tensor> read_module_state(CheckpointReader& checkpoint, const std::string& source) const;
-  // Forward only: the checkpoint's trained parameters' values into `module_values` (read_module_state's), each the
-  // whole parameter in its module tensor's dtype.
-  void read_trained_into_frozen(CheckpointReader& checkpoint, std::vector<torch::Tensor>& module_values) const;
+  // Forward only: the checkpoint's trained parameters' values in their module tensors' dtype — into `module_values`
+  // (read_module_state's) whole, or into `shard_pieces` only the elements this rank's shard keeps where the stage
+  // keeps the parameter sharded (ZeroStage::frozen_shard_range): a rank never reads the whole model.
+  void read_trained_into_frozen(CheckpointReader& checkpoint, std::vector<torch::Tensor>& module_values,
+                                std::vector<torch::Tensor>& shard_pieces) const;
   // Forward only: throws CheckpointError unless the checkpoint's trained parameters are this model's frozen ones
   // (names and shapes; `strict`: and each of this model's parameters is in the checkpoint, trained or not).
   void check_forward_only_model(const Manifest& m, const std::string& source, bool strict) const;

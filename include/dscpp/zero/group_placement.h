@@ -5,6 +5,7 @@
 #pragma once
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "dscpp/config/config.h"
@@ -31,5 +32,20 @@ void order_by_kind(const std::vector<torch::Tensor>& params, const std::vector<s
 // group of the layout.
 std::vector<FlatLayout::Param> layout_params(const std::vector<std::string>& names,
                                              const std::vector<torch::Tensor>& params, const std::vector<int>& kinds);
+
+// Units built partitioned (PrepartitionedUnit) against the groups: a unit whose parameters are exactly the group formed
+// for their kind is adopted as it is (its shard moves into the partition); one regrouped since — a persistence
+// threshold that now keeps its parameters whole, a leaf module that joins it with others, a parameter reassigned to
+// another module, frozen parameters (which have a group of their own) — is gathered whole when the first group
+// holding one of its parameters is built, and partitioned like any whole parameter.
+struct PrepartitionedMatch {
+  std::vector<int> of_kind;  // per kind: index into the prepartitioned units, or -1
+  std::unordered_map<const c10::TensorImpl*, int> regrouped_of;  // a regrouped unit's parameter → that unit
+  std::vector<int> regrouped_left;  // per prepartitioned unit: its parameters not yet in a built group
+};
+// `params` (ordered by kind, `kinds[i]` each, < `kind_count`) and `frozen`: the stage's trainable and frozen ones.
+PrepartitionedMatch match_prepartitioned(const std::vector<torch::Tensor>& params, const std::vector<int>& kinds,
+                                         const std::vector<torch::Tensor>& frozen, size_t kind_count,
+                                         const std::vector<PrepartitionedUnit>& prepartitioned);
 
 }  // namespace dscpp

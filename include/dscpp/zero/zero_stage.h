@@ -86,6 +86,17 @@ class ZeroStage {
     param.copy_(value);
   }
 
+  // Where the stage keeps frozen parameter `param` sharded between uses (stage 3, not persistent): the elements of
+  // it, flattened, that this rank's shard holds, as {begin, numel} ({0, 0}: none). nullopt: the rank holds it whole,
+  // and write_frozen takes its whole value. Lets a loader read only what a rank keeps.
+  virtual std::optional<std::pair<int64_t, int64_t>> frozen_shard_range(const torch::Tensor& /*param*/) const {
+    return std::nullopt;
+  }
+  // Sets those elements (`values`: numel of them, any floating dtype) on this rank. Not collective.
+  virtual void write_frozen_shard(const torch::Tensor& /*param*/, const torch::Tensor& /*values*/) {
+    throw std::logic_error("write_frozen_shard: this stage keeps no frozen parameter sharded");
+  }
+
   // Around each micro-step's backward. Stage 2 reduces buckets as backward produces them and waits in
   // after_backward; the others only keep their gradient buffer attached.
   virtual void before_backward() = 0;

@@ -18,7 +18,8 @@ weights are not whole). The weights they change are copied first and copied back
 exactly the weights it had — an unfuse by subtraction would round them.
 
 With inference_tp_size > 1 (pin_parameters on), groups of that many consecutive ranks generate their prompts
-together over the layers sliced among them, each rank taking back its own rows (hybrid_tensor_parallel.py).
+together over the layers sliced among them, each rank taking back its own rows (hybrid_tensor_parallel.py); at each
+call the group's first rank gives its random state to the others, so the group samples as one.
 
 As DeepSpeed's hybrid engine does, initialization gives every rank rank 0's random state (the GPU's under NCCL, the
 CPU's otherwise), so sampling draws the same numbers on every rank. Not here: DeepSpeed's inference kernels and their
@@ -29,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ..engine import DeepSpeedEngine
+from ..zero.gathered import GatheredParameters
 from . import hybrid_tensor_parallel
 
 
@@ -66,25 +68,26 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
         docstring)."""
         if not hasattr(self.module, "generate"):
             raise AttributeError(f"{type(self.module).__name__} has no generate method")
-        rows = None
-        if self._tp_group is not None:  # the group's prompts as one batch; this rank's rows come back
-            inputs, kwargs, first, count = hybrid_tensor_parallel.gather_prompts(self._tp_group, inputs, kwargs)
-            rows = slice(first, first + count)
+        sliced = self._tp_group is not None
+        if sliced:  # the group's prompts as one batch, sampled alike on its ranks; this rank's rows come back
+            generation_config = kwargs.get("generation_config") or getattr(self.module, "generation_config", None)
+            if kwargs.get("return_dict_in_generate", getattr(generation_config, "return_dict_in_generate", False)):
+                raise ValueError("hybrid_engine.inference_tp_size > 1 with return_dict_in_generate is not supported "
+                                 "yet: this rank's rows are cut from the tokens tensor")
+            inputs, kwargs = hybrid_tensor_parallel.gather_prompts(self._tp_group, inputs, kwargs)
+            ids = inputs[0] if inputs else kwargs["input_ids"]
+            hybrid_tensor_parallel.share_random_state(self._tp_group, ids.device)
         whole = self._whole_weights() if self.Z3_enabled and self.gather_all_layers else contextlib.nullcontext()
         with torch.no_grad(), whole:
             fuse = not self.Z3_enabled or self.gather_all_layers
             try:
                 if fuse:
                     self.fuse_lora_weight()
-                if rows is None:
+                if not sliced:
                     return self.module.generate(*inputs, **kwargs)
                 with hybrid_tensor_parallel.sliced(self.module, self._tp_comm, self._lora_modules()):
                     output = self.module.generate(*inputs, **kwargs)
-                if not isinstance(output, torch.Tensor):
-                    raise ValueError("hybrid_engine.inference_tp_size > 1: generate returned "
-                                     f"{type(output).__name__}, not the tokens tensor this rank's rows are cut from "
-                                     "(return_dict_in_generate is not supported with it yet)")
-                return output[rows]
+                return hybrid_tensor_parallel.own_rows(self._tp_group, output)
             finally:
                 if fuse:
                     self.unfuse_lora_weight()
@@ -92,9 +95,18 @@ class DeepSpeedHybridEngine(DeepSpeedEngine):
     @contextlib.contextmanager
     def _whole_weights(self):
         """Every parameter whole for the call: one engine forward without a backward, in which every unit's group
-        is gathered (and kept: no unit is left) until its end releases them all."""
+        is gathered (and kept: no unit is left) until its end releases them all. With zero_quantized_weights a
+        forward gathers int8 blocks, so the weights are then assembled exactly, parameter by parameter
+        (GatheredParameters), as DeepSpeed's whole-parameter gathers are."""
         offload = self._parameter_offload
         offload._remove_module_hooks()
+        if self._config.get("zero_optimization", {}).get("zero_quantized_weights", False):
+            try:
+                with GatheredParameters(list(self.module.parameters())):
+                    yield
+            finally:
+                offload._register_deepspeed_module(self.module)
+            return
         try:
             self._engine.begin_forward()
             try:

@@ -69,21 +69,40 @@ def sliced(model, comm, lora_modules):
             setattr(module, attribute, value)
 
 
+def share_random_state(group, device):
+    """The group's first rank's random state on every rank of the group — the CPU's, and the GPU's when generating
+    there: the group samples one batch together, so its ranks must draw the same numbers at every call (their states
+    part between calls, e.g. dropout on batches of other shapes)."""
+    on_gpu = dist.get_backend(group) == "nccl"  # NCCL carries GPU tensors only
+    source = dist.get_global_rank(group, 0)
+    states = [(torch.get_rng_state, torch.set_rng_state)]
+    if device.type == "cuda":
+        states.append((lambda: torch.cuda.get_rng_state(device), lambda s: torch.cuda.set_rng_state(s, device)))
+    for get, put in states:
+        state = get()
+        state = state.cuda() if on_gpu else state
+        dist.broadcast(state, source, group=group)
+        put(state.cpu())
+
+
 def gather_prompts(group, inputs, kwargs):
-    """The group's prompts as one batch (each rank's rows in rank order), in the (inputs, kwargs) generate takes, and
-    this rank's (first row, row count). input_ids and attention_mask are concatenated; every rank of the group must
-    pass the same shape, as DeepSpeed's all_gather_into_tensor needs."""
+    """The group's prompts as one batch (each rank's rows in rank order), in the (inputs, kwargs) generate takes.
+    input_ids and attention_mask are concatenated; every rank of the group must pass the same shapes and dtypes (and
+    a mask or none), as DeepSpeed's all_gather_into_tensor needs."""
     ids = inputs[0] if inputs else kwargs.get("input_ids")
     if not isinstance(ids, torch.Tensor) or ids.dim() != 2:
         raise ValueError("hybrid_engine.inference_tp_size > 1: generate takes the prompts as a (batch, length) "
                          "input_ids tensor, which the group's ranks concatenate")
-    size, rank = dist.get_world_size(group), dist.get_rank(group)
-    shapes = [None] * size
-    dist.all_gather_object(shapes, tuple(ids.shape), group=group)
-    if any(s != shapes[0] for s in shapes):
+    mask = kwargs.get("attention_mask")
+    size = dist.get_world_size(group)
+    described = (tuple(ids.shape), str(ids.dtype),
+                 None if not isinstance(mask, torch.Tensor) else (tuple(mask.shape), str(mask.dtype)))
+    everyone = [None] * size
+    dist.all_gather_object(everyone, described, group=group)
+    if any(d != everyone[0] for d in everyone):
         raise ValueError(f"hybrid_engine.inference_tp_size {size}: the ranks of a tensor-parallel group passed "
-                         f"prompts of shapes {shapes}; each must pass the same (batch, length), as DeepSpeed's "
-                         "hybrid engine concatenates them")
+                         f"prompts (input_ids shape and dtype, attention_mask's or none) {everyone}; each must pass "
+                         "the same, as DeepSpeed's hybrid engine concatenates them")
 
     def concatenated(t):
         parts = [torch.empty_like(t) for _ in range(size)]
@@ -95,6 +114,16 @@ def gather_prompts(group, inputs, kwargs):
         inputs = (concatenated(ids),) + tuple(inputs[1:])
     else:
         kwargs["input_ids"] = concatenated(ids)
-    if isinstance(kwargs.get("attention_mask"), torch.Tensor):
-        kwargs["attention_mask"] = concatenated(kwargs["attention_mask"])
-    return inputs, kwargs, rank * ids.shape[0], ids.shape[0]
+    if isinstance(mask, torch.Tensor):
+        kwargs["attention_mask"] = concatenated(mask)
+    return inputs, kwargs
+
+
+def own_rows(group, output):
+    """This rank's rows of the group's generated batch: its share of them, in rank order (num_return_sequences
+    makes several rows of each prompt, next to each other)."""
+    if not isinstance(output, torch.Tensor):
+        raise ValueError(f"hybrid_engine.inference_tp_size > 1: generate returned {type(output).__name__}, not the "
+                         "tokens tensor this rank's rows are cut from")
+    share = output.shape[0] // dist.get_world_size(group)
+    return output[dist.get_rank(group) * share:(dist.get_rank(group) + 1) * share]

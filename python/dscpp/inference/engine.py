@@ -9,11 +9,11 @@ every rank sees the same logits and — greedy, or sampling with the same seed o
 import os
 
 import torch
-import torch.distributed as dist
 
 from .. import _C
 from ..comm import engine_comm_arguments, init_distributed
 from ..module_inject import auto_tp
+from ..utils import groups
 from . import checkpoint
 
 
@@ -49,16 +49,7 @@ class InferenceEngine(torch.nn.Module):
             return config.mpu.get_model_parallel_group()
         if config.tp_group is not None:
             return config.tp_group
-        world, rank = dist.get_world_size(), dist.get_rank()
-        if world % config.tp_size != 0:
-            raise ValueError(f"init_inference: tensor_parallel.tp_size {config.tp_size} does not divide the world "
-                             f"size {world}")
-        mine = None
-        for start in range(0, world, config.tp_size):
-            group = dist.new_group(list(range(start, start + config.tp_size)))  # every rank makes every group
-            if start <= rank < start + config.tp_size:
-                mine = group
-        return mine
+        return groups.consecutive_group(config.tp_size, "init_inference: tensor_parallel.tp_size")
 
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)

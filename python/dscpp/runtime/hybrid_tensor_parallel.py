@@ -16,19 +16,12 @@ import torch.distributed as dist
 from .. import _C
 from ..comm import engine_comm_arguments
 from ..module_inject import auto_tp
+from ..utils import groups
 
 
 def make_groups(size):
-    """(this rank's torch.distributed group of `size` consecutive ranks, a dscpp._C.Comm over it). Every rank makes
-    every group, in the same order (torch.distributed's rule for new_group)."""
-    world, rank = dist.get_world_size(), dist.get_rank()
-    if world % size != 0:
-        raise ValueError(f"hybrid_engine.inference_tp_size {size} does not divide the world size {world}")
-    mine = None
-    for start in range(0, world, size):
-        group = dist.new_group(list(range(start, start + size)))
-        if start <= rank < start + size:
-            mine = group
+    """(this rank's torch.distributed group of `size` consecutive ranks, a dscpp._C.Comm over it)."""
+    mine = groups.consecutive_group(size, "hybrid_engine.inference_tp_size")
     return mine, _C.comm_over(**engine_comm_arguments("hybrid_tp", mine))
 
 
@@ -54,7 +47,7 @@ def sliced(model, comm, lora_modules):
             name = by_module[id(module)]
             if isinstance(getattr(module, "weight", None), torch.Tensor) and module.weight.dim() == 2:
                 replaced[name] = module
-                auto_tp._set(model, name, _as_linear(module))
+                model.set_submodule(name, _as_linear(module))
         plan = auto_tp.plan(model, comm.world_size)
         modules = dict(model.named_modules())
         for name in list(plan.linears) + [plan.embedding, plan.head]:
@@ -64,7 +57,7 @@ def sliced(model, comm, lora_modules):
         yield
     finally:
         for name, module in replaced.items():
-            auto_tp._set(model, name, module)
+            model.set_submodule(name, module)
         for module, attribute, value in counts:
             setattr(module, attribute, value)
 

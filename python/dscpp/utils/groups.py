@@ -185,3 +185,19 @@ def _get_data_parallel_rank():
     if not dist.is_initialized():
         return 0
     return dist.get_rank() // _get_sequence_parallel_world_size()
+
+
+def consecutive_group(size, what):
+    """This rank's torch.distributed group of `size` consecutive ranks (ranks [k·size, (k+1)·size)), as DeepSpeed
+    makes its inference tensor-parallel groups. Every rank makes every group, in one order (new_group is collective
+    over the job). ValueError starting with `what` (the setting that asked for them) when size does not divide the
+    world."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if world % size != 0:
+        raise ValueError(f"{what} {size} does not divide the world size {world}")
+    mine = None
+    for start in range(0, world, size):
+        group = dist.new_group(list(range(start, start + size)))
+        if start <= rank < start + size:
+            mine = group
+    return mine
